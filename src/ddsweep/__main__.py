@@ -1,0 +1,5 @@
+"""Allow `python -m ddsweep`."""
+
+from ddsweep.cli import main
+
+raise SystemExit(main())

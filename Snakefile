@@ -1,0 +1,23 @@
+# ddsweep: sweep DDTree speculative-decoding configurations of an SGLang server.
+# Each sweep point is one GPU job (server, knob verification, benchmark, coding eval); the final rules
+# aggregate every point into tables, plots, the optimization summary and a report bundle.
+# Configuration: config/config.yaml (documented in config/README.md); demo: --configfile .test/config.yaml
+
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/points.smk"
+include: "workflow/rules/aggregate.smk"
+
+
+rule all:
+    input:
+        final_outputs(),
+    default_target: True

@@ -1,0 +1,299 @@
+"""Server lifecycle: render the command from a preset, start it in its own process group on a free port,
+wait until it is healthy, verify the applied knobs, and always stop the whole process tree."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+# Every process started for a server carries this variable; stop() finds escaped descendants by it.
+OWNER_ENV = "DDSWEEP_SERVER_OWNER"
+PORT_IN_USE = re.compile(r"address already in use|errno 98|port .* (is )?(already )?in use", re.IGNORECASE)
+
+
+class ServerError(RuntimeError):
+    """The server did not start, stopped answering, died, or ignored a knob; `kind` says which."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class ServerSpec:
+    """A fully rendered server: command line, environment and what to verify once it is up."""
+
+    command: list[str]
+    env: dict[str, str]
+    host: str
+    port: int
+    expected_server_args: dict[str, Any] = field(default_factory=dict)
+    log_patterns: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        """Base URL of the server's HTTP API."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
+def find_free_port(host: str = "127.0.0.1") -> int:
+    """Ask the kernel for a free TCP port on `host`."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _fill(template: Any, values: Mapping[str, Any]) -> Any:
+    """Substitute `{name}` placeholders; a template that is exactly one placeholder keeps the value's type."""
+    if not isinstance(template, str):
+        return template
+    match = re.fullmatch(r"\{(\w+)\}", template)
+    if match:
+        return values[match.group(1)]
+    return template.format(**{k: "" if v is None else v for k, v in values.items()})
+
+
+def render_server(record: Mapping[str, Any], port: int) -> ServerSpec:
+    """Render a point's server command, environment and expected settings from its preset and knobs."""
+    point = record["point"]
+    preset = record["preset"]
+    engine = record["engine"]
+    host = engine.get("host", "127.0.0.1")
+    values: dict[str, Any] = {
+        "model_path": record["target"]["model_path"],
+        "served_model_name": record["target"].get("served_model_name", "default"),
+        "drafter_path": record["drafter"]["model_path"],
+        "host": host,
+        "port": port,
+        "python": sys.executable,
+        **{k: point.get(k) for k in ("budget", "topk", "block_size", "window")},
+    }
+    command = [str(_fill(part, values)) for part in engine["launcher"]]
+    command += [str(_fill(part, values)) for part in preset["args"]]
+    for knob, extra in preset.get("args_if_set", {}).items():
+        if values.get(knob) is not None:
+            command += [str(_fill(part, values)) for part in extra]
+    command += [str(part) for part in record["target"].get("server_args", [])]
+    env = {k: str(_fill(v, values)) for k, v in engine.get("env", {}).items()}
+    env.update({k: str(_fill(v, values)) for k, v in preset.get("env", {}).items()})
+    verify = preset.get("verify", {})
+    expected = {k: _fill(v, values) for k, v in verify.get("server_args", {}).items()}
+    patterns = [str(_fill(p, values)) for p in verify.get("log_patterns", [])]
+    return ServerSpec(command=command, env=env, host=host, port=port,
+                      expected_server_args=expected, log_patterns=patterns)
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    """The last lines of a log file, for error messages."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:]) or "(log is empty)"
+
+
+class ManagedServer:
+    """One server process and its descendants, owned by one job: started, watched and always stopped."""
+
+    def __init__(self, spec: ServerSpec, log_path: Path, shutdown_timeout_s: float = 60.0) -> None:
+        self.spec = spec
+        self.log_path = log_path
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self.owner_token = uuid.uuid4().hex
+        self.process: subprocess.Popen | None = None
+        self.started_at = 0.0
+
+    def start(self) -> None:
+        """Start the server in a new session (its own process group), appending its output to the log."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.spec.env, OWNER_ENV: self.owner_token, "PYTHONUNBUFFERED": "1"}
+        with open(self.log_path, "ab") as log:
+            log.write(f"# ddsweep: starting {' '.join(self.spec.command)}\n".encode())
+            log.flush()
+            try:
+                self.process = subprocess.Popen(self.spec.command, stdout=log, stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            except OSError as exc:
+                raise ServerError("startup_exit", f"could not start the server command "
+                                  f"{self.spec.command[0]!r}: {exc}") from exc
+        self.started_at = time.monotonic()
+
+    def exited(self) -> int | None:
+        """The exit code if the server process has ended, else None."""
+        return None if self.process is None else self.process.poll()
+
+    def wait_until_healthy(self, timeout_s: float, progress: Callable[[str], None] | None = None,
+                           poll_s: float = 0.5, report_every_s: float = 15.0) -> float:
+        """Poll /health until it answers 200; fail at once if the process exits. Returns the startup time."""
+        deadline = self.started_at + timeout_s
+        last_report = time.monotonic()
+        with httpx.Client(timeout=5.0) as client:
+            while True:
+                code = self.exited()
+                if code is not None:
+                    kind = "port_in_use" if PORT_IN_USE.search(log_tail(self.log_path, 50)) else "startup_exit"
+                    raise ServerError(kind, f"the server exited with code {code} during startup "
+                                      f"(port {self.spec.port}); last log lines:\n{log_tail(self.log_path)}")
+                try:
+                    if client.get(f"{self.spec.url}/health").status_code == 200:
+                        return time.monotonic() - self.started_at
+                except httpx.HTTPError:
+                    pass
+                now = time.monotonic()
+                if now >= deadline:
+                    raise ServerError("startup_timeout", f"the server did not become healthy within {timeout_s:g} s "
+                                      f"at {self.spec.url}; last log lines:\n{log_tail(self.log_path)}")
+                if progress and now - last_report >= report_every_s:
+                    last_report = now
+                    progress(f"waiting for {self.spec.url}/health: {now - self.started_at:.0f} s of "
+                             f"{timeout_s:g} s, server process alive")
+                time.sleep(poll_s)
+
+    def server_info(self) -> dict:
+        """GET /get_server_info (or /server_info on builds that renamed it)."""
+        with httpx.Client(timeout=30.0) as client:
+            for path in ("/get_server_info", "/server_info"):
+                try:
+                    response = client.get(f"{self.spec.url}{path}")
+                except httpx.HTTPError as exc:
+                    raise ServerError("server_crash", f"{self.spec.url}{path} did not answer: {exc}") from exc
+                if response.status_code == 200:
+                    try:
+                        info = response.json()
+                    except ValueError as exc:
+                        raise ServerError("verify", f"{path} returned malformed JSON: {response.text[:200]!r}") from exc
+                    if isinstance(info, dict):
+                        return info
+        raise ServerError("verify", f"{self.spec.url} answers neither /get_server_info nor /server_info")
+
+    def stop(self) -> list[int]:
+        """SIGTERM the process group, wait, then SIGKILL it and every process carrying our owner token.
+
+        Returns the pids that had to be killed with SIGKILL (for the record)."""
+        killed: list[int] = []
+        if self.process is None:
+            return killed
+        pgid = self.process.pid
+        _signal_group(pgid, signal.SIGTERM)
+        for pid in owned_processes(self.owner_token):
+            _signal_pid(pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=self.shutdown_timeout_s)
+        except subprocess.TimeoutExpired:
+            killed.append(self.process.pid)
+        _signal_group(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            survivors = owned_processes(self.owner_token)
+            if not survivors:
+                break
+            for pid in survivors:
+                _signal_pid(pid, signal.SIGKILL)
+                killed.append(pid)
+            time.sleep(0.05)
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        return sorted(set(killed))
+
+    def __enter__(self) -> ManagedServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    """Signal a process group, ignoring one that is already gone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _signal_pid(pid: int, sig: signal.Signals) -> None:
+    """Signal one process, ignoring one that is already gone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def owned_processes(token: str) -> list[int]:
+    """Live pids whose environment carries our owner token (Linux /proc), including setsid'd daemons."""
+    needle = f"{OWNER_ENV}={token}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _same(expected: Any, actual: Any) -> bool:
+    """Compare a configured value with a server_args value, tolerating int/str/float spellings."""
+    if expected is None or actual is None:
+        return expected is None and actual is None
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return str(expected).lower() == str(actual).lower()
+    try:
+        return float(expected) == float(actual)
+    except (TypeError, ValueError):
+        return str(expected).upper() == str(actual).upper()
+
+
+def verify_settings(spec: ServerSpec, server_info: Mapping[str, Any], log_text: str) -> dict:
+    """Check every expected server_args value and log pattern; returns the verification record."""
+    args = server_info.get("server_args")
+    checks = []
+    for key, expected in spec.expected_server_args.items():
+        if not isinstance(args, Mapping):
+            checks.append({"source": "server_args", "key": key, "expected": expected, "actual": None, "ok": False,
+                           "reason": "get_server_info has no server_args mapping"})
+            continue
+        if key not in args:
+            ok = expected is None
+            checks.append({"source": "server_args", "key": key, "expected": expected, "actual": None, "ok": ok,
+                           "reason": None if ok else f"server_args has no key {key!r}; this build may name it "
+                           "differently: fix the preset's verify.server_args"})
+            continue
+        ok = _same(expected, args[key])
+        checks.append({"source": "server_args", "key": key, "expected": expected, "actual": args[key], "ok": ok,
+                       "reason": None if ok else "the server applied a different value"})
+    for pattern in spec.log_patterns:
+        ok = re.search(pattern, log_text, re.MULTILINE) is not None
+        checks.append({"source": "log", "pattern": pattern, "ok": ok,
+                       "reason": None if ok else "pattern not found in the server log"})
+    return {"ok": all(c["ok"] for c in checks), "checks": checks}
+
+
+def describe_failed_checks(verification: Mapping[str, Any]) -> str:
+    """One line per failed check, for the error message."""
+    lines = []
+    for check in verification["checks"]:
+        if check["ok"]:
+            continue
+        if check["source"] == "server_args":
+            lines.append(f"server_args.{check['key']}: expected {check['expected']!r}, "
+                         f"server reports {check['actual']!r} ({check['reason']})")
+        else:
+            lines.append(f"log pattern {check['pattern']!r}: {check['reason']}")
+    return "\n".join(lines)

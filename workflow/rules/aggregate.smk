@@ -1,0 +1,58 @@
+localrules:
+    study_config,
+    summarize,
+    bundle,
+
+
+rule study_config:
+    output:
+        "results/study_config.yaml",
+    log:
+        "results/logs/study_config.log",
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        config=lambda wildcards: json.dumps(STUDY, sort_keys=True),
+    shell:
+        "ddsweep validate --config-json {params.config:q} --write {output} > {log} 2>&1"
+
+
+rule summarize:
+    input:
+        points=point_status_files(),
+        config="results/study_config.yaml",
+    output:
+        summary=report(
+            "reports/optimization_summary.md",
+            caption="../report/summary.rst",
+            category="Summary",
+        ),
+        tables=expand("results/tables/{table}.csv", table=TABLES),
+        plots=report(
+            expand("reports/plots/{plot}.png", plot=PLOTS),
+            caption="../report/plots.rst",
+            category="Plots",
+        ),
+    log:
+        "results/logs/summarize.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "ddsweep summarize results --out reports --config {input.config} > {log} 2>&1"
+
+
+rule bundle:
+    input:
+        summary="reports/optimization_summary.md",
+        config="results/study_config.yaml",
+    output:
+        "reports/bundle.json",
+    log:
+        "results/logs/bundle.log",
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        study=STUDY["study"],
+    shell:
+        "ddsweep bundle create --study {params.study} --results results --reports reports "
+        "--config {input.config} --out reports/bundles --record {output} > {log} 2>&1"

@@ -1,0 +1,62 @@
+import json
+
+from snakemake.utils import validate
+
+from ddsweep.config import ConfigError, expand_points, point_record, validate_config
+
+
+validate(config, schema="../schemas/config.schema.yaml")
+
+try:
+    STUDY = validate_config(config)
+except ConfigError as error:
+    raise WorkflowError(f"bad configuration: {error}") from None
+
+POINTS = {point.point_id: point for point in expand_points(STUDY)}
+RESOURCES = STUDY.get("resources", {})
+
+PLOTS = [
+    "throughput_vs_concurrency",
+    "decode_speed_by_point",
+    "acceptance_vs_budget",
+    "heatmap_latency",
+    "heatmap_throughput",
+    "pareto",
+    "coding",
+]
+TABLES = ["points", "bench_cells", "bench_groups", "coding", "overview"]
+
+
+wildcard_constraints:
+    point="|".join(POINTS) or "(?!)",
+
+
+def point_status_files():
+    """The completion marker of every point in this configuration."""
+    return expand("results/points/{point}/status.json", point=list(POINTS))
+
+
+def point_record_json(wildcards):
+    """Everything one point's job needs, as JSON: a change to it reruns that point only."""
+    return json.dumps(point_record(STUDY, POINTS[wildcards.point]), sort_keys=True)
+
+
+def knob(name):
+    """A params function returning one knob of the wildcard's point (a scalar, for Snakemake's rerun check)."""
+    return lambda wildcards: getattr(POINTS[wildcards.point], name)
+
+
+def slurm_gpu_request():
+    """The generic-resource GPU request for one point job."""
+    gpus = RESOURCES.get("gpus", 8)
+    return f"gpu:{gpus}" if gpus else ""
+
+
+def final_outputs():
+    """What `snakemake` builds by default: the summary, tables, plots and a bundle."""
+    return [
+        "reports/optimization_summary.md",
+        "reports/bundle.json",
+        *expand("results/tables/{table}.csv", table=TABLES),
+        *expand("reports/plots/{plot}.png", plot=PLOTS),
+    ]

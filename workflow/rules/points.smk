@@ -1,0 +1,24 @@
+rule run_point:
+    output:
+        status="results/points/{point}/status.json",
+    log:
+        "results/logs/points/{point}.log",
+    conda:
+        "../../envs/server.yaml"
+    params:
+        preset=lambda wildcards: POINTS[wildcards.point].preset,
+        budget=knob("budget"),
+        topk=knob("topk"),
+        block_size=knob("block_size"),
+        window=knob("window"),
+        record=point_record_json,
+        outdir=lambda wildcards: f"results/points/{wildcards.point}",
+    resources:
+        gres=slurm_gpu_request(),
+        slurm_partition=RESOURCES.get("partition") or "",
+        runtime=RESOURCES.get("runtime_min", 240),
+        cpus_per_task=RESOURCES.get("cpus_per_task", 8),
+        mem_mb=RESOURCES.get("mem_mb", 64000),
+        slurm_extra=RESOURCES.get("slurm_extra") or "",
+    shell:
+        "ddsweep run-point --record {params.record:q} --out {params.outdir} > {log} 2>&1"

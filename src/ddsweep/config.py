@@ -240,10 +240,10 @@ def _make_point(config: dict, spec: Mapping[str, Any], where: str) -> Point:
     values = {k: spec.get(k) for k in KNOBS}
     for knob in KNOBS:
         if knob not in used and values[knob] is not None:
-            raise ConfigError(f"{where}.{knob}: a {kind} point has no {knob} (preset {preset_name!r})")
+            raise ConfigError(f"{where}.{knob}: a point of kind {kind} has no {knob} (preset {preset_name!r})")
     for knob in used:
         if knob != "window" and values[knob] is None:
-            raise ConfigError(f"{where}.{knob}: a {kind} point needs {knob}")
+            raise ConfigError(f"{where}.{knob}: a point of kind {kind} needs {knob}")
         if values[knob] is not None and (not isinstance(values[knob], int) or values[knob] < 1):
             raise ConfigError(f"{where}.{knob}: must be a positive integer, got {values[knob]!r}")
     if values["window"] is not None and values["block_size"] is not None and values["window"] < values["block_size"]:

@@ -1,0 +1,36 @@
+"""Shared fixtures: the demo study configuration and point records built from it."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ddsweep.config import find_point, merge_config, point_record, validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def demo_config(**sections: dict) -> dict:
+    """The demo configuration (merged over the study configuration, as Snakemake does), with sections updated."""
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    merge_config(config, yaml.safe_load((ROOT / ".test" / "config.yaml").read_text()))
+    merge_config(config, copy.deepcopy(sections))
+    return validate_config(config)
+
+
+def demo_record(point_id: str = "bs8-b8-t4-w2048", sim_args: list[str] | None = None, **sections: dict) -> dict:
+    """A point record from the demo configuration; `sim_args` are appended to the stand-in's command line."""
+    config = demo_config(**sections)
+    if sim_args:
+        config["engine"]["launcher"] = config["engine"]["launcher"] + sim_args
+    return point_record(config, find_point(config, point_id))
+
+
+@pytest.fixture
+def small_bench() -> dict:
+    """A benchmark section small enough for unit tests."""
+    return {"contexts": [64], "concurrency": [1, 2], "max_new_tokens": 16, "requests_per_cell": 2, "repeats": 1,
+            "warmup_requests": 1}

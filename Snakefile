@@ -21,3 +21,10 @@ rule all:
     input:
         final_outputs(),
     default_target: True
+
+
+onsuccess:
+    print(
+        "\nddsweep: optimization summary in reports/optimization_summary.md; "
+        "tables in results/tables/, plots in reports/plots/, bundles in reports/bundles/."
+    )

@@ -6,37 +6,35 @@ import argparse
 import importlib
 import sys
 
-# Each module registers its own subcommand(s) with `register(subparsers)` and sets `func` on its parser.
-SUBCOMMAND_MODULES = (
-    "ddsweep.config",
-    "ddsweep.runpoint",
-    "ddsweep.simserver",
-    "ddsweep.loadgen",
-    "ddsweep.coding.eval",
-    "ddsweep.summarize",
-    "ddsweep.bundle",
-    "ddsweep.preflight",
-)
+# Subcommand -> module that registers it with `register(subparsers)`. Only the chosen subcommand's module is
+# imported, so light commands (the stand-in server, run-point) do not pay for pandas and matplotlib.
+SUBCOMMANDS = {
+    "plan": "ddsweep.config",
+    "validate": "ddsweep.config",
+    "preflight": "ddsweep.preflight",
+    "run-point": "ddsweep.runpoint",
+    "sim-server": "ddsweep.simserver",
+    "bench": "ddsweep.loadgen",
+    "coding-eval": "ddsweep.coding.eval",
+    "summarize": "ddsweep.summarize",
+    "bundle": "ddsweep.bundle",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Assemble the parser from every module that provides a subcommand."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Assemble the parser from the module of `command`, or from every module when none is chosen."""
     parser = argparse.ArgumentParser(prog="ddsweep", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name and name.startswith(exc.name):
-                continue
-            raise
-        module.register(subparsers)
+    modules = [SUBCOMMANDS[command]] if command in SUBCOMMANDS else list(dict.fromkeys(SUBCOMMANDS.values()))
+    for name in modules:
+        importlib.import_module(name).register(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and run the chosen subcommand; returns the process exit code."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

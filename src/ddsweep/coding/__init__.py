@@ -1,0 +1,1 @@
+"""HumanEval coding eval: data, code extraction, sandboxed execution, runner and output comparison."""

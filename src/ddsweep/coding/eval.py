@@ -1,0 +1,287 @@
+"""The HumanEval coding eval against an OpenAI-compatible server, and the `ddsweep coding-eval` subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+from ddsweep.coding.extraction import extract_code
+from ddsweep.coding.humaneval import Problem, select_problems
+from ddsweep.coding.sandbox import Sandbox
+from ddsweep.storage import write_json_atomic, write_jsonl_atomic
+
+INSTRUCTION = (
+    "Complete the following Python function. Answer with the complete function (its signature, body and any "
+    "imports or helpers it needs) in a single ```python code block.\n\n```python\n{prompt}```"
+)
+
+
+@dataclass
+class CodingSettings:
+    """What to evaluate and how: problem subset, token limits, concurrency and time limits."""
+
+    limit: int | None = None
+    task_ids: list[str] | None = None
+    max_tokens: int = 4096
+    retry_truncated_max_tokens: int | None = None
+    concurrency: int = 8
+    request_timeout_s: float = 1800.0
+    exec_timeout_s: float = 10.0
+    model: str | None = None
+
+
+class CodingEvalError(RuntimeError):
+    """The eval could not produce a meaningful result (every request to the server failed)."""
+
+
+@dataclass
+class Attempt:
+    """One request for one problem and the verdict on its answer (the fields of a problems.jsonl record)."""
+
+    passed: bool
+    error_kind: str | None
+    error: str | None
+    finish_reason: str | None
+    truncated: bool
+    completion_tokens: int | None
+    max_tokens: int
+    response: str
+    reasoning: str | None
+    code: str | None
+
+
+@dataclass
+class Completion:
+    """The parts of a chat-completion response the eval uses."""
+
+    content: str
+    reasoning: str | None
+    finish_reason: str | None
+    completion_tokens: int | None
+
+
+def build_messages(problem: Problem) -> list[dict]:
+    """The chat messages that ask the model to complete `problem`."""
+    return [{"role": "user", "content": INSTRUCTION.format(prompt=problem.prompt)}]
+
+
+def resolve_model(client: httpx.Client, url: str, configured: str | None) -> str:
+    """The `model` field for requests: the configured one, else the first id from /v1/models, else "default"."""
+    if configured:
+        return configured
+    try:
+        response = client.get(f"{url}/v1/models")
+        response.raise_for_status()
+        return str(response.json()["data"][0]["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        return "default"
+
+
+def request_completion(
+    client: httpx.Client, url: str, model: str, problem: Problem, max_tokens: int, timeout_s: float
+) -> Completion:
+    """POST one greedy chat completion; raises httpx.HTTPError or ValueError on any failure."""
+    response = client.post(
+        f"{url}/v1/chat/completions",
+        json={
+            "model": model,
+            "messages": build_messages(problem),
+            "temperature": 0,
+            "max_tokens": max_tokens,
+            "stream": False,
+        },
+        timeout=timeout_s,
+    )
+    response.raise_for_status()
+    try:
+        body = response.json()
+        choice = body["choices"][0]
+        message = choice["message"]
+        content = message.get("content") or ""
+        if not isinstance(content, str):
+            raise TypeError(f"content is {type(content).__name__}")
+        usage = body.get("usage") or {}
+        return Completion(
+            content=content,
+            reasoning=message.get("reasoning_content"),
+            finish_reason=choice.get("finish_reason"),
+            completion_tokens=usage.get("completion_tokens"),
+        )
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise ValueError(f"malformed chat-completion response: {type(exc).__name__}: {exc}") from exc
+
+
+def attempt(
+    client: httpx.Client,
+    url: str,
+    model: str,
+    problem: Problem,
+    max_tokens: int,
+    settings: CodingSettings,
+    sandbox: Sandbox,
+) -> Attempt:
+    """Ask the server for one problem, extract the code from the final answer and test it in the sandbox."""
+    try:
+        completion = request_completion(client, url, model, problem, max_tokens, settings.request_timeout_s)
+    except (httpx.HTTPError, ValueError) as exc:
+        message = f"{type(exc).__name__}: {exc}".strip()
+        return Attempt(False, "request", message[:500], None, False, None, max_tokens, "", None, None)
+    truncated = completion.finish_reason == "length"
+    extraction = extract_code(completion.content, problem)
+    if extraction.code is None:
+        passed, kind, error = False, "no_code", extraction.reason
+    else:
+        result = sandbox.run(problem.test_program(extraction.code), timeout_s=settings.exec_timeout_s)
+        passed = result.passed
+        kind, error = (None, None) if passed else (result.status, result.error)
+    if truncated and not passed:
+        error = f"response hit max_tokens={max_tokens}; then {kind}: {error}"
+        kind = "truncated"
+    return Attempt(
+        passed=passed,
+        error_kind=kind,
+        error=error,
+        finish_reason=completion.finish_reason,
+        truncated=truncated,
+        completion_tokens=completion.completion_tokens,
+        max_tokens=max_tokens,
+        response=completion.content,
+        reasoning=completion.reasoning,
+        code=extraction.code,
+    )
+
+
+def summarize(records: list[dict], settings: CodingSettings, simulated: bool, sandbox: Sandbox) -> dict:
+    """The summary.json document for a list of problems.jsonl records."""
+    total = len(records)
+    passed = sum(r["passed"] for r in records)
+    truncated = sum(r["truncated"] for r in records)
+    untruncated = [r for r in records if not r["truncated"]]
+    after_retry = None
+    if settings.retry_truncated_max_tokens is not None and total:
+        final = [r["retry"]["passed"] if r["retry"] else r["passed"] for r in records]
+        after_retry = sum(final) / total
+    return {
+        "simulated": simulated,
+        "problems": total,
+        "passed": passed,
+        "pass_at_1": passed / total if total else None,
+        "pass_at_1_excluding_truncated": (
+            sum(r["passed"] for r in untruncated) / len(untruncated) if untruncated else None
+        ),
+        "truncated": truncated,
+        "by_error_kind": dict(Counter(r["error_kind"] for r in records if r["error_kind"])),
+        "max_tokens": settings.max_tokens,
+        "retry_max_tokens": settings.retry_truncated_max_tokens,
+        "pass_at_1_after_retry": after_retry,
+        "sandbox": {"isolation": sandbox.isolation, "guarantees": sandbox.guarantees},
+    }
+
+
+def run_coding_eval(
+    url: str,
+    out_dir: Path,
+    settings: CodingSettings,
+    simulated: bool,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
+    """Run the eval, write out_dir/problems.jsonl and out_dir/summary.json, and return the summary."""
+    url = url.rstrip("/")
+    problems = select_problems(settings.limit, settings.task_ids)
+    sandbox = Sandbox(timeout_s=settings.exec_timeout_s)
+    lock = threading.Lock()
+    done = [0]
+
+    def evaluate(problem: Problem) -> dict:
+        """Evaluate one problem, with the re-ask when it was truncated and a larger limit is configured."""
+        first = attempt(client, url, model, problem, settings.max_tokens, settings, sandbox)
+        retry = None
+        if first.truncated and settings.retry_truncated_max_tokens is not None:
+            retry = asdict(attempt(client, url, model, problem, settings.retry_truncated_max_tokens, settings, sandbox))
+        record = {"task_id": problem.task_id, **asdict(first), "retry": retry, "simulated": simulated}
+        if progress is not None:
+            with lock:
+                done[0] += 1
+                verdict = "passed" if first.passed else first.error_kind
+                progress(f"[{done[0]}/{len(problems)}] {problem.task_id}: {verdict}")
+        return record
+
+    limits = httpx.Limits(max_connections=max(1, settings.concurrency))
+    with httpx.Client(timeout=settings.request_timeout_s, limits=limits) as client:
+        model = resolve_model(client, url, settings.model)
+        with ThreadPoolExecutor(max_workers=max(1, settings.concurrency)) as pool:
+            records = list(pool.map(evaluate, problems))
+    out_dir = Path(out_dir)
+    summary = summarize(records, settings, simulated, sandbox)
+    write_jsonl_atomic(out_dir / "problems.jsonl", records)
+    write_json_atomic(out_dir / "summary.json", summary)
+    if records and all(r["error_kind"] == "request" for r in records):
+        raise CodingEvalError(f"every request to {url} failed; first error: {records[0]['error']}")
+    return summary
+
+
+def _task_ids(text: str) -> list[str]:
+    """Parse a comma-separated list of task ids."""
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run `ddsweep coding-eval` and print the headline figures; returns the exit code."""
+    settings = CodingSettings(
+        limit=args.limit,
+        task_ids=args.task_ids,
+        max_tokens=args.max_tokens,
+        retry_truncated_max_tokens=args.retry_max_tokens,
+        concurrency=args.concurrency,
+        request_timeout_s=args.timeout_s,
+        exec_timeout_s=args.exec_timeout_s,
+        model=args.model,
+    )
+    try:
+        summary = run_coding_eval(
+            args.url,
+            Path(args.out),
+            settings,
+            simulated=args.simulated,
+            progress=lambda line: print(line, file=sys.stderr),
+        )
+    except (CodingEvalError, ValueError) as exc:
+        print(f"coding-eval failed: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"pass@1 {summary['passed']}/{summary['problems']} = {summary['pass_at_1']:.3f}; "
+        f"truncated {summary['truncated']}; sandbox {summary['sandbox']['isolation']}; "
+        f"written to {args.out}"
+    )
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `coding-eval` subcommand."""
+    parser = subparsers.add_parser(
+        "coding-eval",
+        help="run HumanEval against a running OpenAI-compatible server",
+        description="Ask the server to solve HumanEval problems (greedy) and test the answers in a sandbox.",
+    )
+    parser.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--out", required=True, help="directory for problems.jsonl and summary.json")
+    parser.add_argument("--limit", type=int, default=None, help="first N problems (default: all 164)")
+    parser.add_argument(
+        "--task-ids", type=_task_ids, default=None, help="comma-separated, e.g. HumanEval/0,HumanEval/5"
+    )
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--retry-max-tokens", type=int, default=None, help="re-ask truncated answers with this limit")
+    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight")
+    parser.add_argument("--timeout-s", type=float, default=1800.0, help="per-request timeout")
+    parser.add_argument("--exec-timeout-s", type=float, default=10.0, help="sandbox wall clock per problem")
+    parser.add_argument("--model", default=None, help="model field (default: first id from /v1/models)")
+    parser.add_argument("--simulated", action="store_true", help="label results as coming from the stand-in server")
+    parser.set_defaults(func=main)

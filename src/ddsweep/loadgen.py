@@ -1,0 +1,518 @@
+"""`ddsweep bench`: the benchmark run at every sweep point against SGLang's native streaming /generate.
+
+For each (context, concurrency) it sends warmup requests (recorded, flagged, excluded from every figure), then
+`repeats` cells of `requests_per_cell` greedy requests with `ignore_eos`, each with its own prompt. Every request
+is written to requests.jsonl as it finishes; cells.json (per cell and per group across repeats) is rewritten
+atomically after each cell. Acceptance is always the ratio of per-request sums, never a server counter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ddsweep import metrics, prompts, storage
+
+HTTP_CLIENTS = ("httpx", "aiohttp")
+PROGRESS_INTERVAL_S = 2.0
+
+
+@dataclass
+class BenchSettings:
+    """What to measure: the (context, concurrency) matrix, request counts, limits and the seed."""
+
+    contexts: list[int]
+    concurrency: list[int]
+    max_new_tokens: int = 512
+    requests_per_cell: int = 32
+    repeats: int = 3
+    warmup_requests: int = 2
+    max_failure_fraction: float = 0.1
+    request_timeout_s: float = 600.0
+    seed: int = 0
+    request_rate: float | None = None
+    http_client: str = "aiohttp"
+
+
+class BenchmarkError(RuntimeError):
+    """A cell had more failed requests than allowed (raised after the result files are written)."""
+
+
+@dataclass
+class RequestRecord:
+    """One benchmark request, as one line of requests.jsonl (see docs/results-schema.md)."""
+
+    context: int
+    concurrency: int
+    repeat: int
+    index: int
+    warmup: bool
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    start_ts: float | None = None
+    end_ts: float | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    decode_s: float | None = None
+    itl_s: list[float] = field(default_factory=list)
+    spec_verify_ct: int | None = None
+    acceptance_length: float | None = None
+    error: str | None = None
+    simulated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Whether the request completed without error."""
+        return self.error is None
+
+
+# --------------------------------------------------------------------------- HTTP transports
+class _Transport:
+    """Streams SSE `data:` payloads of a POST; one implementation per HTTP client library."""
+
+    async def open(self, connections: int) -> None:
+        """Create the connection pool."""
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+
+    def stream(self, url: str, payload: dict) -> AsyncIterator[bytes]:
+        """Yield the payload of every `data:` line of the response; raise _HttpError on a non-200 status."""
+        raise NotImplementedError
+
+
+class _HttpError(Exception):
+    """A non-200 response."""
+
+
+class _HttpxTransport(_Transport):
+    """httpx.AsyncClient transport."""
+
+    async def open(self, connections: int) -> None:
+        """Create the client with a pool as large as the highest concurrency."""
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        self.client = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(None))
+
+    async def close(self) -> None:
+        """Close the client."""
+        await self.client.aclose()
+
+    async def stream(self, url: str, payload: dict) -> AsyncIterator[bytes]:
+        """Stream SSE data payloads via httpx."""
+        async with self.client.stream("POST", url, json=payload) as resp:
+            if resp.status_code != 200:
+                body = (await resp.aread())[:200]
+                raise _HttpError(f"HTTP {resp.status_code}: {body.decode('utf-8', 'replace')}")
+            async for line in resp.aiter_lines():
+                if line.startswith("data:"):
+                    yield line[5:].strip().encode()
+
+
+class _AiohttpTransport(_Transport):
+    """aiohttp.ClientSession transport."""
+
+    async def open(self, connections: int) -> None:
+        """Create the session with a pool as large as the highest concurrency."""
+        import aiohttp
+
+        self._aiohttp = aiohttp
+        connector = aiohttp.TCPConnector(limit=connections, limit_per_host=connections)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None),
+                                             read_bufsize=1 << 18)
+
+    async def close(self) -> None:
+        """Close the session."""
+        await self.session.close()
+
+    async def stream(self, url: str, payload: dict) -> AsyncIterator[bytes]:
+        """Stream SSE data payloads via aiohttp."""
+        async with self.session.post(url, json=payload) as resp:
+            if resp.status != 200:
+                body = (await resp.read())[:200]
+                raise _HttpError(f"HTTP {resp.status}: {body.decode('utf-8', 'replace')}")
+            async for line in resp.content:
+                if line.startswith(b"data:"):
+                    yield line[5:].strip()
+
+
+def _transport(name: str) -> _Transport:
+    if name == "httpx":
+        return _HttpxTransport()
+    if name == "aiohttp":
+        return _AiohttpTransport()
+    raise ValueError(f"unknown HTTP client {name!r}; choose from {', '.join(HTTP_CLIENTS)}")
+
+
+# --------------------------------------------------------------------------- one request
+async def run_request(transport: _Transport, url: str, prompt: str, max_new_tokens: int,
+                      record: RequestRecord) -> RequestRecord:
+    """Send one streaming greedy /generate request and fill `record` with its timings and counts."""
+    payload = {"text": prompt, "stream": True,
+               "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0, "ignore_eos": True}}
+    clock = time.perf_counter
+    record.start_ts = time.time()
+    t0 = clock()
+    first: float | None = None
+    last = t0
+    prev_tokens = 0
+    meta: dict[str, Any] = {}
+    done = False
+    itl = record.itl_s
+    try:
+        async for data in transport.stream(url + "/generate", payload):
+            if data == b"[DONE]":
+                done = True
+                break
+            now = clock()
+            try:
+                meta = json.loads(data)["meta_info"]
+                tokens = int(meta["completion_tokens"])
+            except (ValueError, KeyError, TypeError):
+                record.error = f"malformed stream chunk: {data[:80].decode('utf-8', 'replace')!r}"
+                break
+            new = tokens - prev_tokens
+            if new > 0:
+                if first is None:
+                    first = now
+                else:
+                    itl.extend([(now - last) / new] * new)
+                last = now
+                prev_tokens = tokens
+    except _HttpError as exc:
+        record.error = str(exc)
+    except (httpx.HTTPError, OSError, asyncio.IncompleteReadError) as exc:
+        record.error = f"{type(exc).__name__}: {exc or 'connection error'}"
+    except Exception as exc:  # aiohttp's errors, without importing it when unused
+        if type(exc).__module__.split(".")[0] != "aiohttp":
+            raise
+        record.error = f"{type(exc).__name__}: {exc or 'connection error'}"
+    end = clock()
+    record.end_ts = record.start_ts + (end - t0)
+    if record.error is None and not done:
+        record.error = "stream ended without [DONE] (connection closed mid-stream)"
+    _fill_from_meta(record, meta, t0, first, end)
+    return record
+
+
+def _fill_from_meta(record: RequestRecord, meta: dict, t0: float, first: float | None, end: float) -> None:
+    record.e2e_s = end - t0
+    if first is not None:
+        record.ttft_s = first - t0
+        record.decode_s = end - first
+    if meta:
+        record.prompt_tokens = meta.get("prompt_tokens")
+        record.completion_tokens = meta.get("completion_tokens")
+        reason = meta.get("finish_reason")
+        record.finish_reason = reason.get("type") if isinstance(reason, dict) else reason
+        verify = meta.get("spec_verify_ct")
+        if verify is not None:
+            record.spec_verify_ct = int(verify)
+            if verify and record.completion_tokens:
+                record.acceptance_length = record.completion_tokens / verify
+
+
+# --------------------------------------------------------------------------- figures
+def cell_figures(records: list[RequestRecord]) -> dict:
+    """Figures of one cell from its measured (non-warmup) requests, per docs/results-schema.md."""
+    measured = [r for r in records if not r.warmup]
+    done = [r for r in measured if r.ok]
+    starts = [r.start_ts for r in measured if r.start_ts is not None]
+    ends = [r.end_ts for r in measured if r.end_ts is not None]
+    wall = (max(ends) - min(starts)) if starts and ends else None
+    tokens = sum(r.completion_tokens or 0 for r in done)
+    decode = [(r.completion_tokens - 1) / r.decode_s for r in done
+              if r.completion_tokens and r.completion_tokens > 1 and r.decode_s]
+    tpot = [r.decode_s / (r.completion_tokens - 1) for r in done
+            if r.completion_tokens and r.completion_tokens > 1 and r.decode_s is not None]
+    verify = [r for r in done if r.spec_verify_ct]
+    return {
+        "requests": len(measured), "completed": len(done), "failed": len(measured) - len(done),
+        "wall_s": wall, "output_tokens": tokens,
+        "output_throughput_tok_s": tokens / wall if wall else None,
+        "decode_tok_s": {"median": metrics.median(decode) if decode else None,
+                         "p10": metrics.percentile(decode, 10) if decode else None,
+                         "p90": metrics.percentile(decode, 90) if decode else None},
+        "ttft_s": metrics.percentiles([r.ttft_s for r in done if r.ttft_s is not None]),
+        "tpot_s": metrics.percentiles(tpot),
+        "itl_s": metrics.percentiles([g for r in done for g in r.itl_s]),
+        "e2e_s": metrics.percentiles([r.e2e_s for r in done if r.e2e_s is not None]),
+        "acceptance_length": (sum(r.completion_tokens or 0 for r in verify) / sum(r.spec_verify_ct or 0
+                                                                                    for r in verify))
+        if verify else None,
+        "prompt_tokens_mean": (sum(r.prompt_tokens or 0 for r in done) / len(done)) if done else None,
+    }
+
+
+def group_figures(cells: list[dict]) -> list[dict]:
+    """Per (context, concurrency): median and 95% CI across repeats of the headline figures."""
+    keys: dict[tuple[int, int], list[dict]] = {}
+    for cell in cells:
+        keys.setdefault((cell["context"], cell["concurrency"]), []).append(cell)
+    groups = []
+    for (context, conc), members in keys.items():
+        groups.append({
+            "context": context, "concurrency": conc, "repeats": len(members),
+            "output_throughput_tok_s": metrics.summarize_repeats([c["output_throughput_tok_s"] for c in members]),
+            "decode_tok_s": metrics.summarize_repeats([c["decode_tok_s"]["median"] for c in members]),
+            "acceptance_length": metrics.summarize_repeats([c["acceptance_length"] for c in members]),
+            "ttft_p50_s": metrics.summarize_repeats([c["ttft_s"]["p50"] for c in members]),
+            "tpot_p50_s": metrics.summarize_repeats([c["tpot_s"]["p50"] for c in members]),
+        })
+    return groups
+
+
+# --------------------------------------------------------------------------- the run
+class _Counter:
+    """Token counter for prompts: the server's /tokenize when it has one, else the local tokenizer."""
+
+    def __init__(self, url: str) -> None:
+        """Probe the server's /tokenize endpoint once."""
+        self.url = url
+        self.client = httpx.Client(timeout=30.0)
+        self.remote = False
+        try:
+            resp = self.client.post(url + "/tokenize", json={"text": "Hello world."})
+            self.remote = resp.status_code == 200 and isinstance(resp.json().get("count"), int)
+        except (httpx.HTTPError, ValueError):
+            self.remote = False
+
+    def __call__(self, text: str) -> int:
+        """Tokens in `text`."""
+        if self.remote:
+            return int(self.client.post(self.url + "/tokenize", json={"text": text}).json()["count"])
+        return prompts.local_tokenizer.count(text)
+
+    def close(self) -> None:
+        """Close the HTTP client."""
+        self.client.close()
+
+
+@dataclass
+class _RunState:
+    """Mutable progress of a run, for the progress reporter."""
+
+    in_flight: int = 0
+    done: int = 0
+    tokens: int = 0
+    label: str = ""
+
+
+async def _run_cell(transport: _Transport, url: str, prompt_list: list[str], records: list[RequestRecord],
+                    settings: BenchSettings, concurrency: int, sink: Callable[[RequestRecord], None],
+                    state: _RunState) -> None:
+    """Run `records` (one per prompt) with at most `concurrency` in flight, closed-loop or Poisson arrivals."""
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(len(records)):
+        queue.put_nowait(i)
+    rng = random.Random(settings.seed * 1_000_003 + concurrency)
+    gate = asyncio.Lock()
+    next_send = [time.perf_counter()]
+
+    async def one(i: int) -> None:
+        state.in_flight += 1
+        rec = records[i]
+        try:
+            await asyncio.wait_for(run_request(transport, url, prompt_list[i], settings.max_new_tokens, rec),
+                                   settings.request_timeout_s)
+        except asyncio.TimeoutError:
+            rec.error = f"timeout after {settings.request_timeout_s:g} s"
+            rec.end_ts = time.time()
+            rec.e2e_s = rec.end_ts - (rec.start_ts or rec.end_ts)
+        state.in_flight -= 1
+        state.done += 1
+        state.tokens += (rec.completion_tokens or 0) if rec.ok else 0
+        sink(rec)
+
+    async def worker() -> None:
+        while True:
+            try:
+                i = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            if settings.request_rate:
+                async with gate:
+                    next_send[0] += rng.expovariate(settings.request_rate)
+                    await asyncio.sleep(max(0.0, next_send[0] - time.perf_counter()))
+            await one(i)
+
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(records)))))
+
+
+async def _run_async(url: str, requests_path: Path, cells_path: Path, settings: BenchSettings, simulated: bool,
+                     progress: Callable[[str], None]) -> dict:
+    url = url.rstrip("/")
+    requests_path.parent.mkdir(parents=True, exist_ok=True)
+    config = asdict(settings)
+    doc: dict[str, Any] = {"simulated": simulated, "config": config, "cells": [], "groups": []}
+    counter = _Counter(url)
+    transport = _transport(settings.http_client)
+    await transport.open(max(settings.concurrency))
+    with open(requests_path, "w", encoding="utf-8") as handle:
+        await _run_matrix(url, cells_path, settings, doc, handle, counter, transport, progress)
+    storage.write_json_atomic(cells_path, doc)
+    return doc
+
+
+async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, doc: dict, handle: Any,
+                      counter: _Counter, transport: _Transport, progress: Callable[[str], None]) -> None:
+    simulated = doc["simulated"]
+    state = _RunState()
+    sequence = 0
+
+    def sink(rec: RequestRecord) -> None:
+        handle.write(json.dumps(asdict(rec)) + "\n")
+        handle.flush()
+
+    async def reporter() -> None:
+        last_tokens, last_t = 0, time.perf_counter()
+        while True:
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
+            now = time.perf_counter()
+            rate = (state.tokens - last_tokens) / (now - last_t)
+            last_tokens, last_t = state.tokens, now
+            progress(f"  {state.label}: {state.done} done, {state.in_flight} in flight, {rate:.0f} tok/s")
+
+    reporter_task = asyncio.get_running_loop().create_task(reporter())
+    n_cells = len(settings.contexts) * len(settings.concurrency) * settings.repeats
+    try:
+        for context in settings.contexts:
+            for conc in settings.concurrency:
+                plan = [(True, 0, i) for i in range(settings.warmup_requests)]
+                plan += [(False, rep, i) for rep in range(settings.repeats) for i in range(settings.requests_per_cell)]
+                texts = []
+                for _ in plan:
+                    texts.append(await asyncio.to_thread(prompts.build_prompt, context, sequence, settings.seed,
+                                                         counter))
+                    sequence += 1
+                batches = [[k for k, p in enumerate(plan) if p[0]]]
+                batches += [[k for k, p in enumerate(plan) if not p[0] and p[1] == rep]
+                            for rep in range(settings.repeats)]
+                for batch in batches:
+                    if not batch:
+                        continue
+                    recs = [RequestRecord(context, conc, plan[k][1], plan[k][2], plan[k][0], simulated=simulated)
+                            for k in batch]
+                    warm = recs[0].warmup
+                    state.label = (f"ctx={context} C={conc} " + ("warmup" if warm else f"repeat {recs[0].repeat}"))
+                    state.done = 0
+                    await _run_cell(transport, url, [texts[k] for k in batch], recs, settings, conc, sink, state)
+                    if warm:
+                        continue
+                    cell = {"context": context, "concurrency": conc, "repeat": recs[0].repeat,
+                            **cell_figures(recs)}
+                    doc["cells"].append(cell)
+                    doc["groups"] = group_figures(doc["cells"])
+                    storage.write_json_atomic(cells_path, doc)
+                    tput = cell["output_throughput_tok_s"] or 0.0
+                    progress(f"cell {len(doc['cells'])}/{n_cells} ctx={context} C={conc} rep={cell['repeat']}: "
+                             f"{cell['completed']}/{cell['requests']} ok, {tput:.1f} tok/s")
+                    if cell["requests"] and cell["failed"] > settings.max_failure_fraction * cell["requests"]:
+                        errors = sorted({r.error for r in recs if r.error})
+                        raise BenchmarkError(
+                            f"cell context={context} concurrency={conc} repeat={cell['repeat']}: {cell['failed']} of "
+                            f"{cell['requests']} requests failed (allowed fraction {settings.max_failure_fraction:g}); "
+                            f"errors: {'; '.join(errors[:3])}")
+    finally:
+        reporter_task.cancel()
+        counter.close()
+        await transport.close()
+
+
+def run_benchmark(url: str, out_dir: Path, settings: BenchSettings, simulated: bool,
+                  progress: Callable[[str], None] | None = None) -> dict:
+    """Run the whole matrix against `url`, write requests.jsonl and cells.json into `out_dir`, return cells.json."""
+    out_dir = Path(out_dir)
+    return _arun(_run_async(url, out_dir / "requests.jsonl", out_dir / "cells.json", settings, simulated,
+                            progress or (lambda _: None)))
+
+
+def _arun(coro: Any) -> Any:
+    """Run a coroutine on uvloop when it is installed (less client CPU per streamed chunk), else asyncio."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+# --------------------------------------------------------------------------- CLI
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `bench` subcommand."""
+    parser = subparsers.add_parser(
+        "bench", help="benchmark a running SGLang server (native streaming /generate)",
+        description="Benchmark a running server. --out is the cells JSON; the per-request records go next to it "
+                    "as <stem>.requests.jsonl.")
+    parser.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--out", required=True, type=Path, help="cells JSON file to write")
+    parser.add_argument("--contexts", type=_ints, default=[128, 4096], help="prompt lengths in tokens")
+    parser.add_argument("--concurrency", type=_ints, default=[1, 4, 16, 32], help="closed-loop concurrency levels")
+    parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--requests", type=int, default=32, help="measured requests per cell")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=2, help="warmup requests per (context, concurrency)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--request-rate", type=float, default=None, help="Poisson arrivals (requests/s)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds")
+    parser.add_argument("--max-failure-fraction", type=float, default=0.1)
+    parser.add_argument("--http-client", choices=HTTP_CLIENTS, default=BenchSettings.http_client)
+    parser.set_defaults(func=main)
+
+
+def detect_simulated(url: str) -> bool:
+    """Whether the server at `url` is the stand-in (top-level "simulated": true in /get_server_info)."""
+    try:
+        return bool(httpx.get(url.rstrip("/") + "/get_server_info", timeout=30.0).json().get("simulated", False))
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False
+
+
+def format_table(doc: dict) -> str:
+    """A short text table of the groups in a cells.json document."""
+    lines = [f"{'context':>8} {'conc':>5} {'tok/s':>10} {'decode tok/s':>13} {'ttft p50 s':>11} {'accept':>7}"]
+    for g in doc["groups"]:
+        def med(key: str, g: dict = g) -> str:
+            value = g[key]["median"]
+            return "-" if value is None else f"{value:.3f}" if value < 10 else f"{value:.1f}"
+        lines.append(f"{g['context']:>8} {g['concurrency']:>5} {med('output_throughput_tok_s'):>10} "
+                     f"{med('decode_tok_s'):>13} {med('ttft_p50_s'):>11} {med('acceptance_length'):>7}")
+    if doc.get("simulated"):
+        lines.append("(simulated: measured against the stand-in server)")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry point of `ddsweep bench`."""
+    settings = BenchSettings(contexts=args.contexts, concurrency=args.concurrency, max_new_tokens=args.max_tokens,
+                             requests_per_cell=args.requests, repeats=args.repeats, warmup_requests=args.warmup,
+                             max_failure_fraction=args.max_failure_fraction, request_timeout_s=args.timeout,
+                             seed=args.seed, request_rate=args.request_rate, http_client=args.http_client)
+    out: Path = args.out
+    requests_path = out.parent / f"{out.stem}.requests.jsonl"
+    simulated = detect_simulated(args.url)
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    status = 0
+    try:
+        doc = _arun(_run_async(args.url, requests_path, out, settings, simulated, progress))
+    except BenchmarkError as exc:
+        progress(f"error: {exc}")
+        doc, status = storage.read_json(out), 1
+    print(format_table(doc))
+    return status

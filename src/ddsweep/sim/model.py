@@ -1,0 +1,182 @@
+"""Timing, acceptance and text models of the stand-in server: deterministic given a seed."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+from ddsweep.sim.tokenizer import pieces as _pieces
+
+# Common English words; a generated word may span several tokens of the stand-in tokenizer.
+_WORD_TEXT = """
+the of and to in is that it was for on are as with his they at be this from have or by one had not but what
+all were when we there can an your which their said if do will each about how up out them then she many some
+so these would other into has more her two like him see time could no make than first been its who now people
+my made over did down only way find use may water long little very after words called just where most know
+get through back much before go good new write our used me man too any day same right look think also around
+another came come work three word must because does part even place well such here take why things help put
+years different away again off went old number great tell men say small every found still between name should
+home big give air line set own under read last never us left end along while might next sound below saw
+something thought always house both world going want school important until form food keep children feet land
+side without boy once animal life enough took four head above kind began almost live page got earth need far
+hand high year mother light country father let night picture being study second soon story since white ever
+paper hard near sentence better best across during today however sure knew try told young sun thing whole
+hear example heard several change answer room sea against top turned learn point city play toward five
+himself usually money seen car morning body upon family later turn move face door cut done group true half
+red fish plants living black eat short united run book gave order open ground cold really table remember tree
+course front space inside ago sad early learned brought close nothing idea lived became add become grow draw
+yet less wind behind cannot letter among able dog shown mean english rest perhaps certain six feel fire ready
+green yes built special ran full town complete person hot anything hold state list stood hundred ten fast felt
+kept notice strong voice probably area horse matter stand box start class piece surface river common stop am
+talk whether fine round dark past ball girl road blue instead either held already warm gone finally summer
+understand moon mind outside power says problem longer winter deep heavy carefully follow beautiful everyone
+leave everything game system bring watch shape meant coast
+"""
+_WORDS = tuple(_WORD_TEXT.split())
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The speculative-decoding configuration the server actually applies."""
+
+    kind: str  # "ddtree", "dflash" or "ar"
+    budget: int | None
+    topk: int | None
+    block_size: int | None
+    window: int | None
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """Parameters of the timing and acceptance model (all times in milliseconds)."""
+
+    step_ms: float = 4.0
+    token_cost: float = 0.033
+    draft_frac: float = 0.86
+    draft_batch_frac: float = 0.072
+    prefill_ms_per_1k: float = 20.0
+    trained_block_size: int = 8
+    trained_window: int = 2048
+    accept_fixed: int | None = None
+    q0: float = 0.85
+    q_decay: float = 0.92
+    beyond_factor: float = 0.9
+    branch_gain: float = 0.3
+
+
+def verify_slots(knobs: Knobs) -> int:
+    """Tokens the target model verifies per request and step: budget+1 (DDTree), block size (DFlash), 1 (AR)."""
+    if knobs.kind == "ddtree":
+        return int(knobs.budget or 0) + 1
+    if knobs.kind == "dflash":
+        return int(knobs.block_size or 1)
+    return 1
+
+
+def step_time_s(params: ModelParams, knobs: Knobs, batch: int) -> float:
+    """Duration of one decode (verify) step for `batch` running requests, in seconds."""
+    if batch <= 0:
+        return 0.0
+    tokens = batch * verify_slots(knobs)
+    ms = params.step_ms * (1.0 + params.token_cost * (tokens - 1))
+    if knobs.kind != "ar":
+        ms += params.step_ms * (params.draft_frac + params.draft_batch_frac * (batch - 1))
+    return ms / 1000.0
+
+
+def prefill_time_s(params: ModelParams, prompt_tokens: int) -> float:
+    """Time to prefill `prompt_tokens` tokens, in seconds."""
+    return params.prefill_ms_per_1k * prompt_tokens / 1_000_000.0
+
+
+def depth_probabilities(params: ModelParams, knobs: Knobs) -> list[float]:
+    """Probability that draft depth j is accepted given depth j-1 was; the list length is the maximum depth."""
+    if knobs.kind == "ar":
+        return []
+    block = int(knobs.block_size or params.trained_block_size)
+    if knobs.kind == "ddtree":
+        budget = int(knobs.budget or 1)
+        depth = max(1, min(block - 1, budget))
+        topk = int(knobs.topk or 1)
+        width = 1.0 + params.branch_gain * (topk - 1) * budget / (budget + 8.0)
+    else:
+        depth = max(1, block - 1)
+        width = 1.0
+    window_factor = 1.0 if knobs.window == params.trained_window else 0.985
+    probs = []
+    for j in range(1, depth + 1):
+        q = params.q0 * params.q_decay ** (j - 1) * window_factor
+        if j >= params.trained_block_size:
+            q *= params.beyond_factor
+        probs.append(1.0 - (1.0 - q) ** width)
+    return probs
+
+
+def expected_accept_length(params: ModelParams, knobs: Knobs) -> float:
+    """Mean tokens accepted per verify step (accepted drafts plus the bonus token)."""
+    if params.accept_fixed is not None and knobs.kind != "ar":
+        return float(params.accept_fixed)
+    total, survive = 1.0, 1.0
+    for p in depth_probabilities(params, knobs):
+        survive *= p
+        total += survive
+    return total
+
+
+def stable_hash(*parts: object) -> int:
+    """A process-independent 64-bit hash of `parts` (Python's hash() is salted per process)."""
+    digest = hashlib.blake2b(repr(parts).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+class AcceptanceSampler:
+    """Draws accepted-token counts for one request, step by step, reproducible from (seed, prompt)."""
+
+    def __init__(self, params: ModelParams, knobs: Knobs, seed: int, prompt_key: int) -> None:
+        """Prepare the per-depth probabilities and a random stream seeded by (seed, prompt)."""
+        self._fixed = params.accept_fixed if knobs.kind != "ar" else 1
+        self._probs = depth_probabilities(params, knobs)
+        self._rng = random.Random(stable_hash("accept", seed, prompt_key))
+
+    def draw(self) -> int:
+        """Tokens accepted by the next verify step (at least 1)."""
+        if self._fixed is not None:
+            return self._fixed
+        accepted = 1
+        rand = self._rng.random
+        for p in self._probs:
+            if rand() >= p:
+                break
+            accepted += 1
+        return accepted
+
+
+def generate_pieces(seed: int, prompt: str, n: int, lossy: bool = False) -> list[str]:
+    """The first `n` output token pieces for `prompt`: plain prose, identical for every knob setting."""
+    rng = random.Random(stable_hash("text", seed, prompt))
+    out: list[str] = []
+    sentence = 0
+    while len(out) < n:
+        if sentence >= 6 and rng.random() < 0.12:
+            out.append("." if rng.random() < 0.85 else "?")
+            sentence = 0
+        elif sentence >= 3 and rng.random() < 0.06:
+            out.append(",")
+        else:
+            word = rng.choice(_WORDS)
+            if lossy and len(out) >= n // 2 and rng.random() < 0.2:
+                word = _WORDS[(stable_hash(prompt, len(out)) % len(_WORDS))]
+            out.extend(_pieces(" " + (word.capitalize() if sentence == 0 else word)))
+            sentence += 1
+    return out[:n]
+
+
+def natural_length(seed: int, prompt: str, max_len: int = 2048) -> int:
+    """Where generation would stop at end-of-sequence when `ignore_eos` is false."""
+    return 16 + stable_hash("eos", seed, prompt) % max(1, max_len - 16)
+
+
+def is_lossy_prompt(seed: int, prompt: str) -> bool:
+    """Whether the `lossy` fault changes the output for this prompt (about one prompt in three)."""
+    return stable_hash("lossy", seed, prompt) % 3 == 0

@@ -1,0 +1,573 @@
+"""The stand-in SGLang server: endpoints, a continuous-batching scheduler loop, fault injection."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import itertools
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddsweep import __version__
+from ddsweep.sim import tokenizer
+from ddsweep.sim.http import Connection, HttpRequest
+from ddsweep.sim.model import (
+    AcceptanceSampler,
+    Knobs,
+    ModelParams,
+    expected_accept_length,
+    generate_pieces,
+    is_lossy_prompt,
+    natural_length,
+    prefill_time_s,
+    stable_hash,
+    step_time_s,
+)
+
+EOS_TOKEN_ID = 151645
+CONTEXT_LENGTH = 262144
+FAULT_KINDS = ("exit-during-startup", "never-healthy", "crash-after", "hang", "error-rate", "malformed-rate",
+               "cut-stream-rate", "ignore-sigterm", "slow-shutdown", "spawn-child", "ignore-knob", "lossy")
+LOG_EVERY_STEPS = 40
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected fault: its kind and optional argument (a count, a fraction, seconds or a knob name)."""
+
+    kind: str
+    arg: str | None = None
+
+
+@dataclass
+class SimSettings:
+    """Everything the stand-in needs to run: address, applied knobs, model parameters, faults."""
+
+    host: str
+    port: int
+    model_path: str
+    served_model_name: str
+    knobs: Knobs
+    params: ModelParams
+    seed: int = 0
+    startup_delay_s: float = 0.0
+    faults: list[Fault] = field(default_factory=list)
+    server_args: dict[str, Any] = field(default_factory=dict)
+
+    def fault(self, kind: str) -> Fault | None:
+        """The first fault of `kind`, if injected."""
+        return next((f for f in self.faults if f.kind == kind), None)
+
+
+@dataclass
+class GenRequest:
+    """One generation in flight in the scheduler."""
+
+    rid: str
+    prompt: str
+    prompt_tokens: int
+    pieces: list[str]
+    finish_type: str
+    max_new_tokens: int
+    sampler: AcceptanceSampler
+    on_step: Callable[[GenRequest, str], None]
+    on_done: Callable[[GenRequest], None]
+    record: bool = True
+    arrival_ts: float = 0.0
+    first_token_ts: float | None = None
+    last_token_ts: float | None = None
+    completion_tokens: int = 0
+    verify_ct: int = 0
+    text: str = ""
+    cancelled: bool = False
+    cut_at: int | None = None
+    malformed_at: int | None = None
+    steps: int = 0
+
+    @property
+    def done(self) -> bool:
+        """Whether every output token has been produced."""
+        return self.completion_tokens >= len(self.pieces)
+
+    def finish_reason(self) -> dict | None:
+        """SGLang's finish_reason object, or None while running."""
+        if not self.done:
+            return None
+        if self.finish_type == "length":
+            return {"type": "length", "length": self.max_new_tokens}
+        return {"type": "stop", "matched": EOS_TOKEN_ID}
+
+
+def log(message: str) -> None:
+    """Write one log line to stdout and flush it (the launcher captures stdout line by line)."""
+    print(message, flush=True)
+
+
+class SimServer:
+    """The HTTP application and scheduler of the stand-in."""
+
+    def __init__(self, settings: SimSettings) -> None:
+        """Set up state; nothing runs until `serve` is awaited."""
+        self.s = settings
+        self.spec = settings.knobs.kind != "ar"
+        self.boot = time.monotonic()
+        self.ready = False
+        self.connections: set[Connection] = set()
+        self.waiting: list[GenRequest] = []
+        self.running: list[GenRequest] = []
+        self.wake: asyncio.Event | None = None
+        self.records: list[GenRequest] = []
+        self.reset_ts = time.time()
+        self.total_tokens = 0
+        self.total_verify = 0
+        self.generate_count = 0
+        self.step_count = 0
+        self._ids = itertools.count(1)
+        self._fault_rngs = {k: random.Random(stable_hash("fault", k, settings.seed))
+                            for k in ("error-rate", "malformed-rate", "cut-stream-rate")}
+        self._stop: asyncio.Future | None = None
+        self._exit_code = 0
+        self._coding = _load_simulated_answer()
+
+    # ----------------------------------------------------------------- lifecycle
+    async def serve(self) -> int:
+        """Run until shut down; returns the process exit code."""
+        loop = asyncio.get_running_loop()
+        self.wake = asyncio.Event()
+        self._stop = loop.create_future()
+        server = await loop.create_server(lambda: Connection(self.handle, self.connections),
+                                          self.s.host, self.s.port, reuse_address=True, backlog=2048)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        log(f"Serving HTTP on http://{self.s.host}:{self.s.port} [simulated]")
+        if self.s.fault("spawn-child"):
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+            log(f"Started helper child process pid={child.pid} [simulated fault spawn-child]")
+        if self.s.fault("exit-during-startup"):
+            loop.call_later(max(0.05, self.s.startup_delay_s / 2), self._crash,
+                            "RuntimeError: simulated failure while loading the model [simulated fault]")
+        elif not self.s.fault("never-healthy"):
+            loop.call_later(self.s.startup_delay_s, self._become_ready)
+        scheduler = loop.create_task(self._scheduler())
+        try:
+            await self._stop
+        finally:
+            scheduler.cancel()
+            server.close()
+            for conn in list(self.connections):
+                conn.abort()
+        log("Shutdown complete [simulated]")
+        return self._exit_code
+
+    def _become_ready(self) -> None:
+        self.ready = True
+        log("The server is fired up and ready to roll! [simulated]")
+
+    def _crash(self, message: str) -> None:
+        log(message)
+        sys.stdout.flush()
+        os._exit(1)
+
+    def _on_signal(self, sig: int) -> None:
+        name = signal.Signals(sig).name
+        if self.s.fault("ignore-sigterm") and sig == signal.SIGTERM:
+            log(f"Received {name}; ignoring it [simulated fault ignore-sigterm]")
+            return
+        slow = self.s.fault("slow-shutdown")
+        delay = float(slow.arg or 5) if slow else 0.0
+        log(f"Received {name}; shutting down{f' in {delay:g} s' if delay else ''} [simulated]")
+        loop = asyncio.get_running_loop()
+        loop.call_later(delay, self._finish_stop)
+
+    def _finish_stop(self) -> None:
+        if self._stop is not None and not self._stop.done():
+            self._stop.set_result(None)
+
+    # ----------------------------------------------------------------- scheduler
+    async def _scheduler(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self.wake is not None
+        target = loop.time()
+        params, knobs = self.s.params, self.s.knobs
+        while True:
+            if not self.running and not self.waiting:
+                self.wake.clear()
+                await self.wake.wait()
+                target = loop.time()
+            new = [r for r in self.waiting if not r.cancelled]
+            self.waiting = []
+            batch = [r for r in self.running if not r.cancelled]
+            dt = step_time_s(params, knobs, len(batch))
+            if new:
+                dt += sum(prefill_time_s(params, r.prompt_tokens) for r in new)
+                if not batch:
+                    dt += params.step_ms / 1000.0
+            target += dt
+            delay = target - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                target = loop.time()
+            now = time.time()
+            still: list[GenRequest] = []
+            for req in batch:
+                if req.cancelled:
+                    continue
+                n = min(req.sampler.draw(), len(req.pieces) - req.completion_tokens)
+                if self.spec:
+                    req.verify_ct += 1
+                    self.total_verify += 1
+                    self.total_tokens += n
+                self._advance(req, n, now)
+                if not req.done and not req.cancelled:
+                    still.append(req)
+            for req in new:
+                self._advance(req, 1, now)
+                if not req.done and not req.cancelled:
+                    still.append(req)
+            self.running = still
+            if batch:
+                self.step_count += 1
+                if self.step_count % LOG_EVERY_STEPS == 0:
+                    log(f"Decode batch. #running-req: {len(batch)}, #queue-req: {len(self.waiting)}, "
+                        f"accept len: {self.avg_accept_length():.2f} [simulated]")
+
+    def _advance(self, req: GenRequest, n: int, now: float) -> None:
+        start = req.completion_tokens
+        req.completion_tokens += n
+        req.steps += 1
+        new_text = "".join(req.pieces[start:req.completion_tokens])
+        req.text += new_text
+        if req.first_token_ts is None:
+            req.first_token_ts = now
+        req.last_token_ts = now
+        req.on_step(req, new_text)
+        if req.done and not req.cancelled:
+            req.on_done(req)
+
+    def _submit(self, req: GenRequest) -> None:
+        req.arrival_ts = time.time()
+        if req.record:
+            self.records.append(req)
+        self.waiting.append(req)
+        assert self.wake is not None
+        self.wake.set()
+
+    def avg_accept_length(self) -> float:
+        """Cumulative accepted tokens per verify step since boot (1.0 when not speculative)."""
+        return self.total_tokens / self.total_verify if self.total_verify else 1.0
+
+    # ----------------------------------------------------------------- routing
+    def handle(self, conn: Connection, req: HttpRequest) -> None:
+        """Route one HTTP request."""
+        routes: dict[tuple[str, str], Callable[[Connection, HttpRequest], None]] = {
+            ("GET", "/health"): self._health,
+            ("GET", "/health_generate"): self._health_generate,
+            ("GET", "/get_server_info"): self._server_info,
+            ("GET", "/server_info"): self._server_info,
+            ("GET", "/get_model_info"): self._model_info,
+            ("GET", "/v1/models"): self._models,
+            ("POST", "/generate"): self._generate,
+            ("POST", "/v1/chat/completions"): self._chat,
+            ("POST", "/v1/completions"): self._completions,
+            ("POST", "/tokenize"): self._tokenize,
+            ("GET", "/sim/stats"): self._stats,
+            ("POST", "/sim/reset"): self._reset,
+        }
+        route = routes.get((req.method, req.path))
+        if route is None:
+            known = {path for _, path in routes}
+            status = 405 if req.path in known else 404
+            conn.respond_json(status, {"error": {"message": f"{req.method} {req.path} not found"},
+                                       "simulated": True})
+            return
+        if not self.ready and req.path not in ("/health", "/get_server_info", "/server_info", "/sim/stats"):
+            conn.respond_json(503, {"error": {"message": "server is starting"}, "simulated": True})
+            return
+        try:
+            route(conn, req)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            conn.respond_json(400, {"error": {"message": f"bad request: {exc}"}, "simulated": True})
+
+    def _health(self, conn: Connection, req: HttpRequest) -> None:
+        if self.ready:
+            conn.respond(200, b"", "text/plain")
+        else:
+            conn.respond(503, b"starting [simulated]", "text/plain")
+
+    def _health_generate(self, conn: Connection, req: HttpRequest) -> None:
+        gen = self._new_request("health", 1, True, record=False)
+        gen.on_done = lambda r: conn.respond(200, b"", "text/plain")
+        conn.on_close = lambda: setattr(gen, "cancelled", True)
+        self._submit(gen)
+
+    def server_info(self) -> dict:
+        """The /get_server_info document."""
+        return {"server_args": dict(self.s.server_args),
+                "internal_states": [{"avg_spec_accept_length": self.avg_accept_length(),
+                                     "last_gen_throughput": 0.0}],
+                "version": f"sim-{__version__}", "simulated": True}
+
+    def _server_info(self, conn: Connection, req: HttpRequest) -> None:
+        conn.respond_json(200, self.server_info())
+
+    def _model_info(self, conn: Connection, req: HttpRequest) -> None:
+        conn.respond_json(200, {"model_path": self.s.model_path, "is_generation": True, "simulated": True})
+
+    def _models(self, conn: Connection, req: HttpRequest) -> None:
+        conn.respond_json(200, {"object": "list", "simulated": True, "data": [
+            {"id": self.s.served_model_name, "object": "model", "created": 0, "owned_by": "sglang",
+             "root": self.s.model_path, "max_model_len": CONTEXT_LENGTH}]})
+
+    def _tokenize(self, conn: Connection, req: HttpRequest) -> None:
+        body = req.json()
+        text = body.get("text", body.get("prompt", ""))
+        if isinstance(text, list):
+            ids = [tokenizer.token_ids(t) for t in text]
+            conn.respond_json(200, {"tokens": ids, "count": [len(i) for i in ids],
+                                    "max_model_len": CONTEXT_LENGTH, "simulated": True})
+            return
+        ids = tokenizer.token_ids(str(text))
+        conn.respond_json(200, {"tokens": ids, "count": len(ids), "max_model_len": CONTEXT_LENGTH,
+                                "simulated": True})
+
+    def _stats(self, conn: Connection, req: HttpRequest) -> None:
+        rows = [{"rid": r.rid, "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+                 "spec_verify_ct": r.verify_ct if self.spec else None, "steps": r.steps,
+                 "arrival_ts": r.arrival_ts, "first_token_ts": r.first_token_ts,
+                 "last_token_ts": r.last_token_ts, "finished": r.done, "cancelled": r.cancelled}
+                for r in self.records]
+        conn.respond_json(200, {"simulated": True, "since_ts": self.reset_ts, "requests": rows,
+                                "expected_accept_length": expected_accept_length(self.s.params, self.s.knobs)})
+
+    def _reset(self, conn: Connection, req: HttpRequest) -> None:
+        self.records = []
+        self.reset_ts = time.time()
+        conn.respond_json(200, {"ok": True, "simulated": True})
+
+    # ----------------------------------------------------------------- generation
+    def _new_request(self, prompt: str, max_new: int, ignore_eos: bool, answer: str | None = None,
+                     record: bool = True) -> GenRequest:
+        seed = self.s.seed
+        if answer is not None:
+            all_pieces = tokenizer.pieces(answer)
+            pieces, finish = all_pieces[:max_new], ("length" if len(all_pieces) > max_new else "stop")
+        else:
+            n = max_new if ignore_eos else min(max_new, natural_length(seed, prompt))
+            lossy = bool(self.s.fault("lossy")) and self.spec and is_lossy_prompt(seed, prompt)
+            pieces = generate_pieces(seed, prompt, n, lossy)
+            finish = "length" if n >= max_new else "stop"
+        if not pieces:
+            pieces, finish = [" "], "stop"
+        sampler = AcceptanceSampler(self.s.params, self.s.knobs, seed, stable_hash(prompt))
+        return GenRequest(rid=uuid.uuid4().hex, prompt=prompt, prompt_tokens=max(1, tokenizer.count(prompt)),
+                          pieces=pieces, finish_type=finish, max_new_tokens=max_new, sampler=sampler,
+                          on_step=lambda r, t: None, on_done=lambda r: None, record=record)
+
+    def _admit_generate(self, conn: Connection) -> tuple[bool, bool, bool]:
+        """Apply request-level faults; returns (handled, malformed, cut)."""
+        self.generate_count += 1
+        crash = self.s.fault("crash-after")
+        if crash and self.generate_count >= int(crash.arg or 1):
+            asyncio.get_running_loop().call_later(
+                0.05, self._crash, f"Simulated crash after {self.generate_count} generate requests [simulated fault]")
+        if self.s.fault("hang"):
+            return True, False, False
+        draws = {k: rng.random() for k, rng in self._fault_rngs.items()}
+        err = self.s.fault("error-rate")
+        if err and draws["error-rate"] < float(err.arg or 0):
+            conn.respond_json(500, {"error": {"message": "simulated internal server error"}, "simulated": True})
+            return True, False, False
+        mal = self.s.fault("malformed-rate")
+        cut = self.s.fault("cut-stream-rate")
+        return (False, bool(mal and draws["malformed-rate"] < float(mal.arg or 0)),
+                bool(cut and draws["cut-stream-rate"] < float(cut.arg or 0)))
+
+    def _meta(self, req: GenRequest) -> dict:
+        meta: dict[str, Any] = {"id": req.rid, "prompt_tokens": req.prompt_tokens,
+                                "completion_tokens": req.completion_tokens, "cached_tokens": 0,
+                                "finish_reason": req.finish_reason(),
+                                "e2e_latency": (req.last_token_ts or req.arrival_ts) - req.arrival_ts}
+        if self.spec:
+            meta["spec_verify_ct"] = req.verify_ct
+            meta["spec_accept_length"] = req.completion_tokens / req.verify_ct if req.verify_ct else 0.0
+        return meta
+
+    def _generate(self, conn: Connection, req: HttpRequest) -> None:
+        body = req.json()
+        text = body.get("text")
+        if text is None:
+            raise ValueError("only 'text' input is supported by the stand-in")
+        sp = body.get("sampling_params") or {}
+        max_new = int(sp.get("max_new_tokens", 128))
+        ignore_eos = bool(sp.get("ignore_eos", False))
+        stream = bool(body.get("stream", False))
+        if isinstance(text, list) and stream:
+            raise ValueError("streaming a batch of prompts is not supported by the stand-in")
+        handled, malformed, cut = self._admit_generate(conn)
+        if handled:
+            return
+        prompts = text if isinstance(text, list) else [text]
+        gens = [self._new_request(str(p), max_new, ignore_eos) for p in prompts]
+        conn.on_close = lambda: [setattr(g, "cancelled", True) for g in gens]
+        if stream:
+            gen = gens[0]
+            gen.cut_at = max(1, len(gen.pieces) // 2) if cut else None
+            gen.malformed_at = max(1, len(gen.pieces) // 2) if malformed else None
+            conn.start_stream()
+            gen.on_step = lambda r, t: self._native_chunk(conn, r)
+            gen.on_done = lambda r: self._native_done(conn)
+        else:
+            remaining = [len(gens)]
+
+            def done(_: GenRequest) -> None:
+                remaining[0] -= 1
+                if remaining[0]:
+                    return
+                outs = [{"text": g.text, "meta_info": self._meta(g), "simulated": True} for g in gens]
+                if cut:
+                    conn.abort()
+                elif malformed:
+                    conn.respond(200, json.dumps(outs[0]).encode()[: 20])
+                else:
+                    conn.respond_json(200, outs if isinstance(text, list) else outs[0])
+
+            for g in gens:
+                g.on_done = done
+        for g in gens:
+            self._submit(g)
+
+    def _native_chunk(self, conn: Connection, req: GenRequest) -> None:
+        if req.cut_at is not None and req.completion_tokens >= req.cut_at:
+            req.cancelled = True
+            conn.abort()
+            return
+        if req.malformed_at is not None and req.completion_tokens >= req.malformed_at:
+            req.malformed_at = None
+            conn.send_chunk(b'data: {"text": "' + req.text[:8].encode() + b'", "meta_info": {\n\n')
+            return
+        payload = {"text": req.text, "meta_info": self._meta(req), "index": 0, "simulated": True}
+        conn.send_chunk(b"data: " + json.dumps(payload).encode() + b"\n\n")
+
+    def _native_done(self, conn: Connection) -> None:
+        conn.send_chunk(b"data: [DONE]\n\n")
+        conn.end_stream()
+
+    def _openai(self, conn: Connection, req: HttpRequest, chat: bool) -> None:
+        body = req.json()
+        if chat:
+            messages = body.get("messages") or []
+            prompt = "".join(f"<|im_start|>{m.get('role', 'user')}\n{_content(m)}<|im_end|>\n"
+                             for m in messages) + "<|im_start|>assistant\n"
+            answer = self._coding(messages, self.s.seed) if self._coding else None
+        else:
+            prompt, answer = str(body.get("prompt", "")), None
+        max_new = int(body.get("max_completion_tokens") or body.get("max_tokens") or 2048)
+        ignore_eos = bool(body.get("ignore_eos", False))
+        stream = bool(body.get("stream", False))
+        handled, malformed, cut = self._admit_generate(conn)
+        if handled:
+            return
+        gen = self._new_request(prompt, max_new, ignore_eos, answer)
+        conn.on_close = lambda: setattr(gen, "cancelled", True)
+        cid = ("chatcmpl-" if chat else "cmpl-") + gen.rid
+        obj = "chat.completion" if chat else "text_completion"
+        model = body.get("model") or self.s.served_model_name
+        created = int(time.time())
+
+        def choice(text: str, finish: str | None, delta: bool) -> dict:
+            if not chat:
+                return {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+            key = "delta" if delta else "message"
+            msg = {"role": "assistant", "content": text} if not delta or text else {}
+            if not delta:
+                msg["reasoning_content"] = None
+            return {"index": 0, key: msg, "finish_reason": finish}
+
+        def usage(r: GenRequest) -> dict:
+            return {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+                    "total_tokens": r.prompt_tokens + r.completion_tokens}
+
+        def finish_of(r: GenRequest) -> str:
+            return "length" if r.finish_type == "length" else "stop"
+
+        if stream:
+            gen.cut_at = max(1, len(gen.pieces) // 2) if cut else None
+            conn.start_stream()
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage", False))
+
+            def on_step(r: GenRequest, new_text: str) -> None:
+                if r.cut_at is not None and r.completion_tokens >= r.cut_at:
+                    r.cancelled = True
+                    conn.abort()
+                    return
+                chunk = {"id": cid, "object": obj + ".chunk", "created": created, "model": model,
+                         "choices": [choice(new_text, None, True)], "simulated": True}
+                if malformed and r.done:
+                    conn.send_chunk(b"data: {broken\n\n")
+                else:
+                    conn.send_chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+
+            def on_done(r: GenRequest) -> None:
+                final = {"id": cid, "object": obj + ".chunk", "created": created, "model": model,
+                         "choices": [choice("", finish_of(r), True)], "simulated": True}
+                if include_usage:
+                    final["usage"] = usage(r)
+                conn.send_chunk(b"data: " + json.dumps(final).encode() + b"\n\ndata: [DONE]\n\n")
+                conn.end_stream()
+
+            gen.on_step, gen.on_done = on_step, on_done
+        else:
+            def on_done(r: GenRequest) -> None:
+                if cut:
+                    conn.abort()
+                    return
+                doc = {"id": cid, "object": obj, "created": created, "model": model,
+                       "choices": [choice(r.text, finish_of(r), False)], "usage": usage(r), "simulated": True}
+                if malformed:
+                    conn.respond(200, json.dumps(doc).encode()[:20])
+                else:
+                    conn.respond_json(200, doc)
+
+            gen.on_done = on_done
+        self._submit(gen)
+
+    def _chat(self, conn: Connection, req: HttpRequest) -> None:
+        self._openai(conn, req, chat=True)
+
+    def _completions(self, conn: Connection, req: HttpRequest) -> None:
+        self._openai(conn, req, chat=False)
+
+
+def _content(message: dict) -> str:
+    content = message.get("content") or ""
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return str(content)
+
+
+def _load_simulated_answer() -> Callable[[list[dict], int], str | None] | None:
+    """The coding stand-in's answer function, when that module is installed."""
+    try:
+        module = importlib.import_module("ddsweep.coding.simulated")
+    except ImportError:
+        return None
+    return getattr(module, "simulated_answer", None)
+
+
+def run(settings: SimSettings) -> int:
+    """Run the stand-in until it is shut down (uvloop when available); returns the exit code."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(SimServer(settings).serve())
+    return uvloop.run(SimServer(settings).serve())

@@ -1,0 +1,393 @@
+"""Sandbox correctness on all 164 problems and containment of adversarial programs in every available mode."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import stat
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from ddsweep.coding.humaneval import load_problems
+from ddsweep.coding.sandbox import Sandbox, SandboxLimits, SandboxResult, detect_isolation, project_root
+
+PROBLEMS = load_problems()
+TIMEOUT_S = 2.0
+SECRET_VAR = "DDSWEEP_TEST_SECRET"
+
+
+def _modes() -> list[str]:
+    """The detected (strongest) mode, plus rlimits-only, which is available everywhere."""
+    detected = Sandbox().isolation
+    return [detected] if detected == "rlimits-only" else [detected, "rlimits-only"]
+
+
+MODES = _modes()
+
+
+@pytest.fixture(scope="module", params=MODES)
+def sandbox(request: pytest.FixtureRequest) -> Sandbox:
+    """A sandbox in each available isolation mode, with a short wall-clock limit."""
+    return Sandbox(timeout_s=TIMEOUT_S, isolation=request.param, limits=SandboxLimits(output_bytes=8192))
+
+
+@pytest.fixture(scope="module")
+def default_sandbox() -> Sandbox:
+    """The sandbox in the strongest mode this host supports, default limits."""
+    return Sandbox(timeout_s=10.0)
+
+
+def test_canonical_solutions_all_pass(default_sandbox: Sandbox) -> None:
+    """Every canonical HumanEval solution passes its own tests in the sandbox."""
+    results = default_sandbox.run_many([p.test_program(p.canonical_program()) for p in PROBLEMS])
+    failed = [(p.task_id, r.status, r.error) for p, r in zip(PROBLEMS, results, strict=True) if not r.passed]
+    assert failed == []
+    assert len(results) == 164
+
+
+@pytest.mark.parametrize("body", ["    pass\n", "    return None\n"], ids=["pass", "return-none"])
+def test_empty_and_wrong_bodies_fail_every_problem(default_sandbox: Sandbox, body: str) -> None:
+    """An empty body and a wrong body fail the tests of every one of the 164 problems."""
+    results = default_sandbox.run_many([p.test_program(p.prompt + body) for p in PROBLEMS])
+    passed = [p.task_id for p, r in zip(PROBLEMS, results, strict=True) if r.passed]
+    assert passed == []
+    assert {r.status for r in results} <= {"assertion", "exception"}
+
+
+def test_isolation_is_reported_with_guarantees(default_sandbox: Sandbox) -> None:
+    """The mode is one of the three documented ones and comes with non-empty guarantee sentences."""
+    assert default_sandbox.isolation in ("bubblewrap", "unshare", "rlimits-only")
+    assert detect_isolation(default_sandbox.python) == default_sandbox.isolation
+    assert len(default_sandbox.guarantees) >= 3
+    assert all(s.endswith(".") for s in default_sandbox.guarantees)
+
+
+def test_classification_of_outcomes(default_sandbox: Sandbox) -> None:
+    """Syntax errors, assertion failures, other exceptions and timeouts are told apart."""
+    assert default_sandbox.run("def f(:\n").status == "syntax"
+    assert default_sandbox.run("assert 1 == 2, 'nope'").status == "assertion"
+    assert default_sandbox.run("raise KeyError('k')").error == "KeyError: 'k'"
+    assert default_sandbox.run("import time\ntime.sleep(5)", timeout_s=0.5).status == "timeout"
+    ok = default_sandbox.run("print('hello')")
+    assert ok.passed and "hello" in ok.stdout
+
+
+@dataclass
+class Context:
+    """What the adversarial cases attack, and what the checks compare afterwards."""
+
+    marker: str
+    canary_tmp: Path
+    canary_repo: Path
+    port: int
+    listener: socket.socket
+    etc_probe: Path
+    originals: dict[Path, tuple[bytes, int]] = field(default_factory=dict)
+
+    def fill(self, code: str) -> str:
+        """Substitute the placeholders of a case's code."""
+        return (
+            code.replace("MARKER", self.marker)
+            .replace("CANARY_TMP", str(self.canary_tmp))
+            .replace("CANARY_REPO", str(self.canary_repo))
+            .replace("PORT", str(self.port))
+            .replace("PROJECT", str(project_root()))
+            .replace("ETC_PROBE", str(self.etc_probe))
+        )
+
+
+@pytest.fixture
+def ctx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Context]:
+    """Canary files (in the test's temp dir and in the repo), a listening socket and a secret variable."""
+    marker = "ddsw" + secrets.token_hex(4)
+    canary_tmp = tmp_path / "canary.txt"
+    canary_tmp.write_text("canary")
+    canary_repo = (project_root() or Path.cwd()) / f".sandbox-canary-{marker}"
+    canary_repo.write_text("canary")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.setblocking(False)
+    monkeypatch.setenv(SECRET_VAR, "s3cr3t-" + marker)
+    context = Context(marker, canary_tmp, canary_repo, listener.getsockname()[1], listener, Path("/etc") / marker)
+    for path in (canary_tmp, canary_repo):
+        context.originals[path] = (path.read_bytes(), path.stat().st_mode)
+    try:
+        yield context
+    finally:
+        listener.close()
+        canary_repo.unlink(missing_ok=True)
+
+
+def leftover_processes(marker: str) -> list[int]:
+    """Processes whose name or command line carries `marker`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            comm = Path(f"/proc/{name}/comm").read_text().strip()
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if comm == marker or marker.encode() in cmdline:
+            found.append(int(name))
+    return found
+
+
+def _isolated(sandbox: Sandbox) -> bool:
+    """True when the mode has its own network, mount and PID namespaces."""
+    return sandbox.isolation in ("bubblewrap", "unshare")
+
+
+def no_connection(sandbox: Sandbox, ctx: Context, result: SandboxResult) -> None:
+    """With network isolation, nothing reached the test's listening socket."""
+    if not _isolated(sandbox):
+        pytest.skip("rlimits-only mode does not isolate the network (stated in its guarantees)")
+    with pytest.raises(BlockingIOError):
+        ctx.listener.accept()
+
+
+def secret_not_visible(sandbox: Sandbox, ctx: Context, result: SandboxResult) -> None:
+    """The secret environment variable of the host process is not in the program's output."""
+    assert "s3cr3t" not in result.stdout + result.stderr
+    assert "HIDDEN-OK" in result.stdout
+
+
+def project_hidden(sandbox: Sandbox, ctx: Context, result: SandboxResult) -> None:
+    """Project files cannot be read where the mode hides the project directory."""
+    if not _isolated(sandbox):
+        pytest.skip("rlimits-only mode does not hide world-readable project files (stated in its guarantees)")
+    assert "READ-OK" not in result.stdout
+    assert "HIDDEN-OK" in result.stdout
+
+
+def etc_untouched(sandbox: Sandbox, ctx: Context, result: SandboxResult) -> None:
+    """No file appeared in /etc."""
+    assert not ctx.etc_probe.exists()
+
+
+def output_capped(sandbox: Sandbox, ctx: Context, result: SandboxResult) -> None:
+    """Captured output stays within the cap although the program wrote far more."""
+    assert len(result.stdout.encode()) <= sandbox.limits.output_bytes
+    assert len(result.stderr.encode()) <= sandbox.limits.output_bytes
+    assert result.stdout_bytes + result.stderr_bytes > sandbox.limits.output_bytes
+
+
+def status_is(*statuses: str) -> Callable[[Sandbox, Context, SandboxResult], None]:
+    """A check that the run ended with one of `statuses`."""
+
+    def check(sandbox: Sandbox, ctx: Context, result: SandboxResult) -> None:
+        """The run's status is one of the expected ones."""
+        assert result.status in statuses, (result.status, result.error)
+
+    return check
+
+
+def host_checks(sandbox: Sandbox, ctx: Context, result: SandboxResult) -> None:
+    """The case's guarantee is what the common host checks assert; the program reached its end or limit."""
+    assert result.status in ("exception", "timeout"), (result.status, result.error)
+
+
+# Each case: program text run before HumanEval/0's tests (which then fail), the guarantee it probes, and an
+# extra check. Common checks for all cases: not passed, finished within the limit, canaries unchanged,
+# no process with the case's marker left, the test process alive.
+CASES: list[tuple[str, str, str, Callable[[Sandbox, Context, SandboxResult], None]]] = [
+    ("infinite_loop", "while True:\n    pass", "wall-clock limit kills it", status_is("timeout")),
+    ("sleep_forever", "import time\ntime.sleep(10_000)", "wall-clock limit kills it", status_is("timeout")),
+    (
+        "ignore_sigterm",
+        "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n    pass",
+        "killed with SIGKILL, not SIGTERM",
+        status_is("timeout"),
+    ),
+    (
+        "fork_bomb",
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+        "process count limited and every fork killed",
+        status_is("timeout", "exception"),
+    ),
+    (
+        "thread_bomb",
+        "import threading, time\nwhile True:\n"
+        "    threading.Thread(target=time.sleep, args=(100,), daemon=True).start()",
+        "thread count limited",
+        status_is("exception", "timeout"),
+    ),
+    ("memory_bomb", "x = bytearray(4 << 30)", "address-space limit", status_is("exception")),
+    (
+        "memory_growth",
+        "chunks = []\nwhile True:\n    chunks.append(bytearray(50 << 20))",
+        "address-space limit (or the wall clock, zero-filling is slow)",
+        status_is("exception", "timeout"),
+    ),
+    (
+        "write_canary_tmp",
+        "try:\n    open('CANARY_TMP', 'w').write('owned')\nexcept OSError:\n    pass",
+        "files outside the sandbox are not written",
+        host_checks,
+    ),
+    (
+        "delete_canary_tmp",
+        "import os\ntry:\n    os.remove('CANARY_TMP')\nexcept OSError:\n    pass",
+        "files outside the sandbox are not deleted",
+        host_checks,
+    ),
+    (
+        "write_canary_repo",
+        "try:\n    open('CANARY_REPO', 'a').write('owned')\nexcept OSError:\n    pass",
+        "repository files are not written",
+        host_checks,
+    ),
+    (
+        "delete_canary_repo",
+        "import os\ntry:\n    os.remove('CANARY_REPO')\nexcept OSError:\n    pass",
+        "repository files are not deleted",
+        host_checks,
+    ),
+    (
+        "chmod_canary",
+        "import os\nfor p in ('CANARY_TMP', 'CANARY_REPO'):\n    try:\n        os.chmod(p, 0o777)\n"
+        "    except OSError:\n        pass",
+        "file modes outside the sandbox are unchanged",
+        host_checks,
+    ),
+    (
+        "symlink_escape",
+        "import os\ntry:\n    os.symlink('CANARY_REPO', 'link')\n    open('link', 'w').write('owned')\n"
+        "except OSError:\n    pass",
+        "symlinks do not reach host files",
+        host_checks,
+    ),
+    (
+        "write_etc",
+        "try:\n    open('ETC_PROBE', 'w').write('x')\nexcept OSError:\n    pass",
+        "system directories are not writable",
+        etc_untouched,
+    ),
+    (
+        "kill_parent",
+        "import os, signal\ntry:\n    os.kill(os.getppid(), signal.SIGKILL)\nexcept OSError:\n    pass",
+        "the host process survives",
+        host_checks,
+    ),
+    (
+        "kill_everything",
+        "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass",
+        "signals cannot reach host processes",
+        host_checks,
+    ),
+    (
+        "flood_stdout",
+        "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)",
+        "output is capped and the flood is killed",
+        output_capped,
+    ),
+    (
+        "flood_stderr_then_exit",
+        "import sys\nfor _ in range(200):\n    sys.stderr.write('y' * 65536)",
+        "output is capped",
+        output_capped,
+    ),
+    (
+        "daemon_double_fork",
+        "import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', 'MARKER'])\n"
+        "    os._exit(0)\ntime.sleep(0.3)",
+        "a daemon that leaves the process group is killed",
+        host_checks,
+    ),
+    (
+        "daemon_fork_no_exec",
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n"
+        "    os._exit(0)\ntime.sleep(0.3)",
+        "a forked daemon (same name, no exec) is killed",
+        host_checks,
+    ),
+    (
+        "subprocess_escape",
+        "import subprocess, time\nsubprocess.Popen(['sh', '-c', 'sleep 60; echo MARKER'], start_new_session=True)\n"
+        "time.sleep(0.3)",
+        "child processes in a new session are killed",
+        host_checks,
+    ),
+    (
+        "read_environment",
+        "import os\nprint(os.environ.get('DDSWEEP_TEST_SECRET', 'HIDDEN-OK'))\n"
+        "for pid in os.listdir('/proc'):\n    try:\n        data = open(f'/proc/{pid}/environ', 'rb').read()\n"
+        "    except OSError:\n        continue\n    if b's3cr3t' in data:\n        print(data)",
+        "the host's environment is not visible",
+        secret_not_visible,
+    ),
+    (
+        "network_connect",
+        "import socket\ns = socket.socket()\ns.settimeout(1)\ntry:\n    s.connect(('127.0.0.1', PORT))\n"
+        "    s.sendall(b'MARKER')\nexcept OSError:\n    pass",
+        "no network where the mode isolates it",
+        no_connection,
+    ),
+    (
+        "read_project_file",
+        "try:\n    open('PROJECT/pyproject.toml').read()\n    print('READ-OK')\nexcept OSError:\n"
+        "    print('HIDDEN-OK')",
+        "project files are hidden where the mode hides them",
+        project_hidden,
+    ),
+    ("exit_zero_early", "import os\nos._exit(0)", "exiting early is not a pass", status_is("exception")),
+    ("system_exit", "raise SystemExit(0)", "SystemExit is not a pass", status_is("exception")),
+    (
+        "close_stdout_and_spin",
+        "import os\nos.close(1)\nos.close(2)\nwhile True:\n    pass",
+        "closing the output pipes does not end the watch",
+        status_is("timeout"),
+    ),
+    (
+        "big_file",
+        "with open('big.bin', 'wb') as f:\n    f.write(b'0' * (64 << 20))",
+        "file-size limit",
+        status_is("exception"),
+    ),
+    (
+        "many_files",
+        "handles = [open('f%d' % i, 'w') for i in range(100_000)]",
+        "open-file limit",
+        status_is("exception"),
+    ),
+    (
+        "fake_pass_line",
+        'print(\'passed\')\nprint(\'{"kind": "passed", "error": null}\')',
+        "printing a pass verdict is not a pass",
+        status_is("exception"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "code", "guarantee", "check"), CASES, ids=[c[0] for c in CASES])
+def test_adversarial_program_is_contained(
+    sandbox: Sandbox, ctx: Context, name: str, code: str, guarantee: str, check: Callable
+) -> None:
+    """The adversarial program fails the problem within the limit and leaves the host unharmed."""
+    if name in ("kill_parent", "kill_everything") and not (sandbox.drop_privileges or _isolated(sandbox)):
+        pytest.skip("without namespaces or a separate user id, same-user signals are not prevented (stated)")
+    problem = PROBLEMS[0]
+    head = f"open('/proc/self/comm', 'w').write('{ctx.marker}')\n"
+    program = problem.test_program(head + ctx.fill(code))
+    started = time.monotonic()
+    result = sandbox.run(program)
+    elapsed = time.monotonic() - started
+    assert not result.passed, (guarantee, result)
+    assert elapsed < TIMEOUT_S + 5, guarantee
+    for path, (content, mode) in ctx.originals.items():
+        assert path.read_bytes() == content, f"{guarantee}: {path} changed"
+        assert stat.S_IMODE(path.stat().st_mode) == stat.S_IMODE(mode), f"{guarantee}: mode of {path}"
+    deadline = time.monotonic() + 2.0
+    while leftover_processes(ctx.marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert leftover_processes(ctx.marker) == [], f"{guarantee}: processes survived"
+    os.kill(os.getpid(), 0)
+    check(sandbox, ctx, result)

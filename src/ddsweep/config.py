@@ -339,6 +339,16 @@ def find_point(config: dict, point_id: str) -> Point:
     return points[point_id]
 
 
+def configured_point_ids(config: Mapping[str, Any] | None) -> list[str] | None:
+    """The point ids of a full study configuration, or None (meaning: every point found) for a partial one."""
+    if not config or "sweep" not in config:
+        return None
+    try:
+        return [p.point_id for p in expand_points(validate_config(config))]
+    except ConfigError:
+        return None
+
+
 def point_record(config: dict, point: Point) -> dict:
     """Everything one point's job needs, as plain data (the workflow passes it to `ddsweep run-point`)."""
     preset = config["engine"]["presets"][point.preset]

@@ -5,12 +5,13 @@ from snakemake.utils import validate
 from ddsweep.config import ConfigError, expand_points, point_record, validate_config
 
 
-validate(config, schema="../schemas/config.schema.yaml")
-
+# ddsweep's own check first: its messages name the key and the rule broken; the catalog-style schema
+# validation then fills in the schema's defaults.
 try:
     STUDY = validate_config(config)
 except ConfigError as error:
     raise WorkflowError(f"bad configuration: {error}") from None
+validate(config, schema="../schemas/config.schema.yaml")
 
 POINTS = {point.point_id: point for point in expand_points(STUDY)}
 RESOURCES = STUDY.get("resources", {})

@@ -1,4 +1,6 @@
 rule run_point:
+    input:
+        preflight=preflight_file,
     output:
         status="results/points/{point}/status.json",
     log:
@@ -13,6 +15,8 @@ rule run_point:
         window=knob("window"),
         record=point_record_json,
         outdir=lambda wildcards: f"results/points/{wildcards.point}",
+    # A real point job owns the machine's GPUs: locally, one point at a time. Stand-in points use no GPU.
+    threads: 1 if STUDY.get("simulated") else workflow.cores
     resources:
         gres=slurm_gpu_request(),
         slurm_partition=RESOURCES.get("partition") or "",

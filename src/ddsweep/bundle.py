@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from ddsweep.config import configured_point_ids
-from ddsweep.storage import write_json_atomic
+from ddsweep.storage import default_file_mode, write_json_atomic
 
 MANIFEST = "MANIFEST.sha256"
 POINT_SUFFIXES = (".json", ".jsonl", ".log")
@@ -126,6 +126,7 @@ def create_bundle(study: str, results_dir: Path, reports_dir: Path, config: Path
                     tar.add(files[name], arcname=f"{stem}/{name}", recursive=False)
             raw.flush()
             os.fsync(raw.fileno())
+        os.chmod(tmp, default_file_mode())
         return _link_exclusive(tmp, out_dir, stem)
     finally:
         tmp.unlink(missing_ok=True)

@@ -9,8 +9,18 @@ from pathlib import Path
 from typing import Any
 
 
+def default_file_mode() -> int:
+    """The mode a newly created file gets under the process umask (0666 less the umask)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write `text` to `path` via a temporary file in the same directory and an atomic rename."""
+    """Write `text` to `path` via a temporary file in the same directory and an atomic rename.
+
+    The file gets the usual permissions (0666 less the umask), not mkstemp's private 0600, so results on a
+    shared file system stay readable by the team."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -19,6 +29,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, default_file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

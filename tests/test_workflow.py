@@ -133,3 +133,43 @@ def test_workflow_lints_clean():
     result = snakemake(ROOT, "--lint", "--configfile", ".test/config.yaml")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "good condition" in result.stdout + result.stderr
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.mark.slow
+def test_html_report_opens_in_a_browser_shows_every_plot_and_has_no_broken_links(demo_run, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra")
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    result = snakemake(demo_run, "--report", "reports/report.zip", "--configfile", ".test/config.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    shutil.unpack_archive(demo_run / "reports" / "report.zip", tmp_path)
+    page_path = tmp_path / "report" / "report.html"
+    html = page_path.read_text()
+    referenced = set(re.findall(r"data/raw/[0-9a-f]+/[\w.]+", html))
+    assert len(referenced) == 8  # seven plots and the summary
+    assert all((page_path.parent / ref).is_file() for ref in referenced)
+    failures: list[str] = []
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        page = browser.new_page()
+        page.on("requestfailed", lambda request: failures.append(request.url))
+        page.on("response", lambda response: response.status >= 400 and failures.append(response.url))
+        page.goto(page_path.as_uri())
+        page.wait_for_load_state("networkidle")
+        assert "Summary" in page.inner_text("body")
+        page.get_by_text("Plots", exact=True).click()
+        shown = {}
+        for plot in ("throughput_vs_concurrency", "decode_speed_by_point", "acceptance_vs_budget",
+                     "heatmap_latency", "heatmap_throughput", "pareto", "coding"):
+            page.locator("tr", has_text=f"{plot}.png").locator("a[iconname=eye]").click()
+            image = page.locator(f"img[src$='/{plot}.png']")
+            image.wait_for(timeout=10_000)
+            shown[plot] = image.evaluate("img => img.complete ? img.naturalWidth : 0")
+        browser.close()
+    assert all(width > 300 for width in shown.values()), shown
+    assert failures == []

@@ -20,6 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from ddsweep.config import ConfigError, find_point, load_config, point_record
 from ddsweep.environment import collect_environment
 from ddsweep.server import (
@@ -124,15 +126,18 @@ def _start_server(record: dict, out_dir: Path, run: PointRun, progress: Callable
             "study": record["study"], "simulated": run.simulated})
         server = ManagedServer(spec, out_dir / "server.log", engine.get("shutdown_timeout_s", 60))
         progress(f"starting server on {spec.url}: {' '.join(spec.command)}")
-        server.start()
         try:
+            server.start()
             run.startup_s = server.wait_until_healthy(engine.get("startup_timeout_s", 1200), progress)
         except ServerError as exc:
             server.stop()
-            if exc.kind == "port_in_use" and attempt < PORT_ATTEMPTS:
+            if exc.kind != "port_in_use":
+                raise PointFailed(exc.kind, str(exc)) from exc
+            if attempt < PORT_ATTEMPTS:
                 progress(f"port {spec.port} was taken before the server bound it; retrying on another port")
                 continue
-            raise PointFailed("startup_exit" if exc.kind == "port_in_use" else exc.kind, str(exc)) from exc
+            raise PointFailed("startup_exit", f"the port was already in use on all {PORT_ATTEMPTS} attempts; "
+                              f"last attempt: {exc}") from exc
         except BaseException:
             server.stop()
             raise
@@ -157,13 +162,19 @@ def _verify(server: ManagedServer, out_dir: Path, run: PointRun) -> dict:
     return info
 
 
-def _crash_or(server: ManagedServer, kind: str, message: str) -> PointFailed:
-    """Name a server crash as such when the process is gone, else keep the given kind."""
+def _crash_or(server: ManagedServer, step: str, kind: str, message: str) -> PointFailed:
+    """Name a server crash during `step` as such when the process is gone, else keep the given kind."""
     code = server.exited()
     if code is not None:
-        return PointFailed("server_crash", f"the server exited with code {code} during the measurements "
-                           f"({message}); last log lines:\n{log_tail(server.log_path)}")
+        return PointFailed("server_crash", f"the server exited with code {code} during the {step} ({message}); "
+                           f"last log lines:\n{log_tail(server.log_path)}")
     return PointFailed(kind, message)
+
+
+def _check_alive(server: ManagedServer, step: str) -> None:
+    """Fail the point when the server died during `step`, even if the step tolerated the requests it lost."""
+    if server.exited() is not None:
+        raise _crash_or(server, step, "server_crash", "its results are incomplete")
 
 
 def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun,
@@ -176,7 +187,11 @@ def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun
     try:
         run_benchmark(server.spec.url, out_dir / "bench", settings, simulated=run.simulated, progress=progress)
     except BenchmarkError as exc:
-        raise _crash_or(server, "bench_failures", str(exc)) from exc
+        raise _crash_or(server, "benchmark", "bench_failures", str(exc)) from exc
+    except httpx.HTTPError as exc:
+        raise _crash_or(server, "benchmark", "bench_failures", "the server stopped answering while the benchmark "
+                        f"prepared its prompts ({type(exc).__name__}: {exc})") from exc
+    _check_alive(server, "benchmark")
 
 
 def _coding_eval(record: dict, server: ManagedServer, out_dir: Path, run: PointRun,
@@ -190,7 +205,8 @@ def _coding_eval(record: dict, server: ManagedServer, out_dir: Path, run: PointR
     try:
         run_coding_eval(server.spec.url, out_dir / "coding", settings, simulated=run.simulated, progress=progress)
     except CodingEvalError as exc:
-        raise _crash_or(server, "coding", str(exc)) from exc
+        raise _crash_or(server, "coding eval", "coding", str(exc)) from exc
+    _check_alive(server, "coding eval")
 
 
 def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _stderr) -> dict:

@@ -117,12 +117,14 @@ class ManagedServer:
         self.owner_token = uuid.uuid4().hex
         self.process: subprocess.Popen | None = None
         self.started_at = 0.0
+        self.log_offset = 0
 
     def start(self) -> None:
         """Start the server in a new session (its own process group), appending its output to the log."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.spec.env, OWNER_ENV: self.owner_token, "PYTHONUNBUFFERED": "1"}
         with open(self.log_path, "ab") as log:
+            self.log_offset = log.tell()
             log.write(f"# ddsweep: starting {' '.join(self.spec.command)}\n".encode())
             log.flush()
             try:
@@ -142,27 +144,43 @@ class ManagedServer:
         """Poll /health until it answers 200; fail at once if the process exits. Returns the startup time."""
         deadline = self.started_at + timeout_s
         last_report = time.monotonic()
+        foreign = False
         with httpx.Client(timeout=5.0) as client:
             while True:
                 code = self.exited()
                 if code is not None:
-                    kind = "port_in_use" if PORT_IN_USE.search(log_tail(self.log_path, 50)) else "startup_exit"
+                    kind = "port_in_use" if PORT_IN_USE.search(self._this_start_log()) else "startup_exit"
                     raise ServerError(kind, f"the server exited with code {code} during startup "
                                       f"(port {self.spec.port}); last log lines:\n{log_tail(self.log_path)}")
                 try:
-                    if client.get(f"{self.spec.url}/health").status_code == 200:
-                        return time.monotonic() - self.started_at
+                    healthy = client.get(f"{self.spec.url}/health").status_code == 200
                 except httpx.HTTPError:
-                    pass
+                    healthy = False
+                # A foreign server on the port (stale, or it took the port meanwhile) must not pass for ours.
+                owned = listener_owned(self.spec.port, self.owner_token) if healthy else None
+                if healthy and owned is not False:
+                    return time.monotonic() - self.started_at
+                foreign = foreign or owned is False
                 now = time.monotonic()
                 if now >= deadline:
+                    hint = (f"; a process outside this server's tree answers /health on port {self.spec.port}"
+                            if foreign else "")
                     raise ServerError("startup_timeout", f"the server did not become healthy within {timeout_s:g} s "
-                                      f"at {self.spec.url}; last log lines:\n{log_tail(self.log_path)}")
+                                      f"at {self.spec.url}{hint}; last log lines:\n{log_tail(self.log_path)}")
                 if progress and now - last_report >= report_every_s:
                     last_report = now
                     progress(f"waiting for {self.spec.url}/health: {now - self.started_at:.0f} s of "
                              f"{timeout_s:g} s, server process alive")
                 time.sleep(poll_s)
+
+    def _this_start_log(self) -> str:
+        """What the server wrote to the log since this start (the log is shared by every port attempt)."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self.log_offset)
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def server_info(self) -> dict:
         """GET /get_server_info (or /server_info on builds that renamed it)."""
@@ -246,6 +264,27 @@ def owned_processes(token: str) -> list[int]:
         except OSError:
             continue
     return pids
+
+
+def listener_owned(port: int, token: str) -> bool | None:
+    """Whether the socket listening on `port` belongs to a process carrying our owner token (None: unknown)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    for pid in owned_processes(token):
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) in inodes for fd in Path(f"/proc/{pid}/fd").iterdir()):
+                return True
+    return False
 
 
 def _same(expected: Any, actual: Any) -> bool:

@@ -25,7 +25,7 @@ RECORD_KEYS = {
     "max_tokens", "response", "reasoning", "code", "retry", "simulated",
 }  # fmt: skip
 SUMMARY_KEYS = {
-    "simulated", "problems", "passed", "pass_at_1", "pass_at_1_excluding_truncated", "truncated",
+    "simulated", "problems", "answered", "request_failures", "passed", "pass_at_1", "pass_at_1_excluding_truncated", "truncated",
     "by_error_kind", "max_tokens", "retry_max_tokens", "pass_at_1_after_retry", "sandbox",
 }  # fmt: skip
 
@@ -137,7 +137,8 @@ def server() -> Iterator[FakeServer]:
 
 def test_end_to_end_records_and_summary(server: FakeServer, tmp_path: Path) -> None:
     """Passed, truncated (retried), thinking-only, request errors and wrong answers are recorded as such."""
-    settings = CodingSettings(limit=8, max_tokens=512, retry_truncated_max_tokens=4096, concurrency=4)
+    settings = CodingSettings(limit=8, max_tokens=512, retry_truncated_max_tokens=4096, concurrency=4,
+                              max_request_failure_fraction=0.5)
     lines: list[str] = []
     summary = run_coding_eval(server.url, tmp_path, settings, simulated=False, progress=lines.append)
     records = {r["task_id"]: r for r in read_jsonl(tmp_path / "problems.jsonl")}
@@ -160,11 +161,13 @@ def test_end_to_end_records_and_summary(server: FakeServer, tmp_path: Path) -> N
     assert records["HumanEval/7"]["truncated"] and records["HumanEval/7"]["passed"]
     assert records["HumanEval/7"]["retry"]["passed"]
 
-    assert summary["problems"] == 8 and summary["passed"] == 3
-    assert summary["pass_at_1"] == pytest.approx(3 / 8)
+    # The two failed requests say nothing about the model: rates count the 6 answered problems.
+    assert summary["problems"] == 8 and summary["answered"] == 6 and summary["request_failures"] == 2
+    assert summary["passed"] == 3
+    assert summary["pass_at_1"] == pytest.approx(3 / 6)
     assert summary["truncated"] == 2
-    assert summary["pass_at_1_excluding_truncated"] == pytest.approx(2 / 6)
-    assert summary["pass_at_1_after_retry"] == pytest.approx(4 / 8)
+    assert summary["pass_at_1_excluding_truncated"] == pytest.approx(2 / 4)
+    assert summary["pass_at_1_after_retry"] == pytest.approx(4 / 6)
     assert summary["by_error_kind"] == {"truncated": 1, "no_code": 1, "request": 2, "assertion": 1}
     assert summary["max_tokens"] == 512 and summary["retry_max_tokens"] == 4096
     assert summary["sandbox"]["isolation"] == Sandbox().isolation
@@ -173,6 +176,15 @@ def test_end_to_end_records_and_summary(server: FakeServer, tmp_path: Path) -> N
     sent = server.requests[0]
     assert sent["model"] == "fake-model" and sent["temperature"] == 0
     assert "```python" in sent["messages"][0]["content"]
+
+
+def test_too_many_failed_requests_fail_the_eval_after_writing_files(server: FakeServer, tmp_path: Path) -> None:
+    """Two failed requests of eight exceed the default allowed fraction: the eval fails, the records stay."""
+    settings = CodingSettings(limit=8, max_tokens=512, concurrency=4)
+    with pytest.raises(CodingEvalError, match="2 of 8 coding requests .* failed .*allowed fraction 0.05"):
+        run_coding_eval(server.url, tmp_path, settings, simulated=False)
+    assert len(read_jsonl(tmp_path / "problems.jsonl")) == 8
+    assert read_json(tmp_path / "summary.json")["request_failures"] == 2
 
 
 def test_no_retry_when_not_configured(server: FakeServer, tmp_path: Path) -> None:
@@ -189,7 +201,7 @@ def test_server_down_raises_after_writing_files(tmp_path: Path) -> None:
     """When every request fails, the files are still written and CodingEvalError is raised."""
     with (
         FakeServer(lambda request: (503, {"error": "starting"})) as fake,
-        pytest.raises(CodingEvalError, match="every request"),
+        pytest.raises(CodingEvalError, match="3 of 3 coding requests .* failed"),
     ):
         run_coding_eval(fake.url, tmp_path, CodingSettings(limit=3, request_timeout_s=5), simulated=False)
     records = read_jsonl(tmp_path / "problems.jsonl")

@@ -510,9 +510,12 @@ def lossless_vs_ar(results: ResultSet) -> LosslessResult:
 
 
 def coding_stats(results: ResultSet) -> pd.DataFrame:
-    """Per point: problems, passed, pass rate, truncation failures and real failures, counted separately."""
+    """Per point: problems, passed, pass rate, truncation failures and real failures, counted separately.
+
+    Problems whose request failed are left out: they say nothing about the model's answers."""
     rows = []
-    for point_id, records in results.coding_records.items():
+    for point_id, all_records in results.coding_records.items():
+        records = [r for r in all_records if r.get("error_kind") != "request"]
         failed = [r for r in records if not r.get("passed")]
         truncated = [r for r in failed if is_truncated(r)]
         retried_pass = sum(1 for r in truncated if isinstance(r.get("retry"), dict) and r["retry"].get("passed"))

@@ -25,7 +25,8 @@ RECORD_KEYS = {
     "max_tokens", "response", "reasoning", "code", "retry", "simulated",
 }  # fmt: skip
 SUMMARY_KEYS = {
-    "simulated", "problems", "answered", "request_failures", "passed", "pass_at_1", "pass_at_1_excluding_truncated", "truncated",
+    "simulated", "problems", "answered", "request_failures", "passed", "pass_at_1",
+    "pass_at_1_excluding_truncated", "truncated",
     "by_error_kind", "max_tokens", "retry_max_tokens", "pass_at_1_after_retry", "sandbox",
 }  # fmt: skip
 

@@ -42,3 +42,12 @@ def test_summarize_repeats_skips_missing() -> None:
     assert doc["median"] == 11.0 and doc["values"] == [10.0, None, 12.0, 11.0]
     assert doc["ci_low"] <= 11.0 <= doc["ci_high"]
     assert metrics.summarize_repeats([None])["median"] is None
+
+
+def test_percentiles_match_single_percentile_on_unsorted_values() -> None:
+    values = [9.0, 1.0, 5.0, 3.0, 7.0, 2.0]
+    assert metrics.percentiles(values, (0, 10, 50, 90, 100)) == {
+        f"p{q}": metrics.percentile(values, q) for q in (0, 10, 50, 90, 100)}
+    assert metrics.percentiles(values, (10,)) == {"p10": pytest.approx(1.5)}
+    with pytest.raises(ValueError):
+        metrics.percentiles(values, (101,))

@@ -14,9 +14,13 @@ def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0..100) with linear interpolation between order statistics (numpy's default)."""
     if not values:
         raise ValueError("percentile of an empty sequence")
+    return _interpolate(sorted(values), q)
+
+
+def _interpolate(ordered: Sequence[float], q: float) -> float:
+    """The q-th percentile of already sorted values, so several percentiles need one sort."""
     if not 0 <= q <= 100:
         raise ValueError(f"percentile must be within [0, 100], got {q}")
-    ordered = sorted(values)
     pos = (len(ordered) - 1) * q / 100.0
     low = math.floor(pos)
     high = min(low + 1, len(ordered) - 1)
@@ -30,7 +34,8 @@ def median(values: Sequence[float]) -> float:
 
 def percentiles(values: Sequence[float], qs: Sequence[int] = (50, 90, 99)) -> dict[str, float | None]:
     """{"p50": ..., "p90": ..., "p99": ...} for `values`, with None entries when there are no values."""
-    return {f"p{q}": (percentile(values, q) if values else None) for q in qs}
+    ordered = sorted(values)
+    return {f"p{q}": (_interpolate(ordered, q) if ordered else None) for q in qs}
 
 
 def _betacf(a: float, b: float, x: float) -> float:

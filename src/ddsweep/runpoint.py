@@ -20,8 +20,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from ddsweep.config import ConfigError, find_point, load_config, point_record
 from ddsweep.environment import collect_environment
 from ddsweep.server import (
@@ -188,9 +186,6 @@ def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun
         run_benchmark(server.spec.url, out_dir / "bench", settings, simulated=run.simulated, progress=progress)
     except BenchmarkError as exc:
         raise _crash_or(server, "benchmark", "bench_failures", str(exc)) from exc
-    except httpx.HTTPError as exc:
-        raise _crash_or(server, "benchmark", "bench_failures", "the server stopped answering while the benchmark "
-                        f"prepared its prompts ({type(exc).__name__}: {exc})") from exc
     _check_alive(server, "benchmark")
 
 

@@ -129,10 +129,10 @@ class Connection(asyncio.Protocol):
         if not self.closed and data:
             self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
 
-    def end_stream(self) -> None:
-        """Terminate a streaming response."""
+    def end_stream(self, last: bytes = b"") -> None:
+        """Terminate a streaming response, sending `last` as its final chunk in the same write."""
         if not self.closed:
-            self.transport.write(b"0\r\n\r\n")
+            self.transport.write((b"%x\r\n%b\r\n" % (len(last), last) if last else b"") + b"0\r\n\r\n")
             self._finish()
 
     def abort(self) -> None:

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from ddsweep import __version__
@@ -88,6 +89,7 @@ class GenRequest:
     completion_tokens: int = 0
     verify_ct: int = 0
     text: str = ""
+    text_json: bytes = b""
     cancelled: bool = False
     cut_at: int | None = None
     malformed_at: int | None = None
@@ -424,7 +426,7 @@ class SimServer:
             gen.cut_at = max(1, len(gen.pieces) // 2) if cut else None
             gen.malformed_at = max(1, len(gen.pieces) // 2) if malformed else None
             conn.start_stream()
-            gen.on_step = lambda r, t: self._native_chunk(conn, r)
+            gen.on_step = lambda r, t: self._native_chunk(conn, r, t)
             gen.on_done = lambda r: self._native_done(conn)
         else:
             remaining = [len(gens)]
@@ -446,7 +448,9 @@ class SimServer:
         for g in gens:
             self._submit(g)
 
-    def _native_chunk(self, conn: Connection, req: GenRequest) -> None:
+    def _native_chunk(self, conn: Connection, req: GenRequest, new_text: str) -> None:
+        """Stream one native chunk; the text is JSON-escaped once per step and appended, not re-encoded whole."""
+        req.text_json += encode_basestring_ascii(new_text).encode()[1:-1]
         if req.cut_at is not None and req.completion_tokens >= req.cut_at:
             req.cancelled = True
             conn.abort()
@@ -455,12 +459,12 @@ class SimServer:
             req.malformed_at = None
             conn.send_chunk(b'data: {"text": "' + req.text[:8].encode() + b'", "meta_info": {\n\n')
             return
-        payload = {"text": req.text, "meta_info": self._meta(req), "index": 0, "simulated": True}
-        conn.send_chunk(b"data: " + json.dumps(payload).encode() + b"\n\n")
+        meta = json.dumps(self._meta(req)).encode()
+        conn.send_chunk(b'data: {"text": "' + req.text_json + b'", "meta_info": ' + meta +
+                        b', "index": 0, "simulated": true}\n\n')
 
     def _native_done(self, conn: Connection) -> None:
-        conn.send_chunk(b"data: [DONE]\n\n")
-        conn.end_stream()
+        conn.end_stream(b"data: [DONE]\n\n")
 
     def _openai(self, conn: Connection, req: HttpRequest, chat: bool) -> None:
         body = req.json()

@@ -6,6 +6,8 @@ import os
 import secrets
 import socket
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -391,3 +393,23 @@ def test_adversarial_program_is_contained(
     assert leftover_processes(ctx.marker) == [], f"{guarantee}: processes survived"
     os.kill(os.getpid(), 0)
     check(sandbox, ctx, result)
+
+
+CONCURRENT_EVAL = """
+import sys
+from ddsweep.coding.humaneval import load_problems
+from ddsweep.coding.sandbox import Sandbox
+problems = load_problems()[:40]
+programs = [p.prompt + p.canonical_solution + "\\n" + p.test + f"\\ncheck({p.entry_point})\\n" for p in problems]
+results = Sandbox(timeout_s=20, workers=2).run_many(programs)
+print(sum(r.status == "passed" for r in results))
+"""
+
+
+def test_two_sandboxes_in_separate_processes_do_not_disturb_each_other() -> None:
+    """Two coding evals on one host (two points at once) must not share user ids: cleaning up one run by
+    its uid would kill the other's programs."""
+    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT_EVAL], stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outputs = [proc.communicate(timeout=300)[0].strip() for proc in procs]
+    assert outputs == ["40", "40"]

@@ -13,7 +13,8 @@ Isolation modes, probed once per process and cached (the first that works wins):
 - ``unshare``: util-linux ``unshare --mount --pid --fork --net --mount-proc`` with private tmpfs mounts over
   ``/tmp``, ``/var/tmp``, ``/dev/shm`` and the hidden directories; capabilities are dropped with ``setpriv``.
 - ``rlimits-only``: resource limits, a temporary working directory and process-group/user cleanup only.
-When the host runs as root, each concurrent run uses its own unprivileged user id (``uid_base + slot``), so
+When the host runs as root, each concurrent run uses its own unprivileged user id (leased from ``uid_base`` on, by a
+file lock, so concurrent sandboxes in other processes never share one), so
 RLIMIT_NPROC is enforced (the kernel ignores it for root), file permissions protect the host and signals to
 the host's processes are refused.
 """
@@ -21,6 +22,7 @@ the host's processes are refused.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
 import math
@@ -36,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,7 +257,8 @@ class Sandbox:
         ]
         if self.drop_privileges:
             common.append(
-                f"Each concurrent run has its own unprivileged user id ({self.uid_base}+slot): RLIMIT_NPROC "
+                f"Each concurrent run has its own unprivileged user id (leased from {self.uid_base} on, unique "
+                "across processes on this host): RLIMIT_NPROC "
                 f"({limits.nproc}) is enforced, root-owned files cannot be written and host processes cannot "
                 "be signalled."
             )
@@ -317,8 +320,12 @@ class Sandbox:
     def run(self, program: str, timeout_s: float | None = None) -> SandboxResult:
         """Execute `program` once and classify the outcome; blocks while all slots are busy."""
         slot = self._slots.get()
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         try:
-            return self._run_in_slot(program, slot, self.timeout_s if timeout_s is None else timeout_s)
+            if not self.drop_privileges:
+                return self._run_in_slot(program, None, timeout_s)
+            with lease_uid(self.uid_base) as uid:
+                return self._run_in_slot(program, uid, timeout_s)
         finally:
             self._slots.put(slot)
 
@@ -327,10 +334,11 @@ class Sandbox:
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             return list(pool.map(self.run, programs))
 
-    def _run_in_slot(self, program: str, slot: int, timeout_s: float) -> SandboxResult:
-        """Launch, feed, watch and clean up one run using `slot`'s user id."""
+    def _run_in_slot(self, program: str, uid: int | None, timeout_s: float) -> SandboxResult:
+        """Launch, feed, watch and clean up one run as user `uid` (None: as the current user)."""
         token = secrets.token_hex(16)
-        uid = self.uid_base + slot if self.drop_privileges else None
+        if uid is not None:
+            _kill_matching(lambda pid: _real_uid(pid) == uid)  # leftovers of a run whose holder died
         workdir = None
         if self.isolation == "rlimits-only":
             workdir = tempfile.mkdtemp(prefix="ddsweep-sandbox-")
@@ -410,6 +418,30 @@ class Sandbox:
                 _kill_matching(lambda pid: _real_uid(pid) == uid)
             else:
                 _kill_matching(lambda pid: _has_marker(pid, token))
+
+
+UID_LEASE_DIR = Path(tempfile.gettempdir()) / "ddsweep-sandbox-uids"
+UID_LEASE_RANGE = 4096
+
+
+@contextlib.contextmanager
+def lease_uid(base: int) -> Iterator[int]:
+    """Hold a user id that no other sandbox run on this host uses meanwhile (an flock per uid), so that
+    cleaning up by uid never kills another process's runs."""
+    UID_LEASE_DIR.mkdir(mode=0o700, exist_ok=True)
+    for uid in range(base, base + UID_LEASE_RANGE):
+        fd = os.open(UID_LEASE_DIR / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            yield uid
+        finally:
+            os.close(fd)
+        return
+    raise RuntimeError(f"all {UID_LEASE_RANGE} sandbox user ids from {base} are in use on this host")
 
 
 def build_command(isolation: str, python_argv: list[str], hidden_paths: Sequence[str], uid: int | None) -> list[str]:

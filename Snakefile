@@ -13,6 +13,7 @@ configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/preflight.smk"
 include: "workflow/rules/points.smk"
 include: "workflow/rules/aggregate.smk"
 

@@ -1,6 +1,6 @@
 rule run_point:
     input:
-        preflight=preflight_file,
+        preflight=lambda wildcards: f"results/preflight/{POINTS[wildcards.point].preset}.json",
     output:
         status="results/points/{point}/status.json",
     log:

@@ -1,0 +1,42 @@
+# Preflight: before any point job is submitted, check on the submit host that the model paths exist and that
+# the installed server accepts every flag of every point's command (`ddsweep preflight`). One local job per
+# preset: its params are exactly what all points of that preset share (engine, preset, target, drafter), so a
+# change that reruns it reruns those points anyway, while adding or changing a point reruns neither the
+# preflight nor the other points. Every run_point job needs the preflight result of its preset.
+import os
+
+
+localrules:
+    preflight,
+
+
+# The whole study reaches the command through the environment, not params: as a param, adding or changing one
+# point would rerun the preflight of its preset and, through it, every point of that preset.
+os.environ["DDSWEEP_PREFLIGHT_STUDY"] = json.dumps(STUDY, sort_keys=True)
+
+
+envvars:
+    "DDSWEEP_PREFLIGHT_STUDY",
+
+
+rule preflight:
+    output:
+        "results/preflight/{preset}.json",
+    log:
+        "results/logs/preflight/{preset}.log",
+    conda:
+        "../../envs/server.yaml"
+    params:
+        definition=lambda wildcards: json.dumps(
+            {
+                "engine": {k: v for k, v in STUDY["engine"].items() if k != "presets"},
+                "preset": STUDY["engine"]["presets"][wildcards.preset],
+                "target": STUDY["target"],
+                "drafter": STUDY["drafter"],
+                "simulated": STUDY.get("simulated", False),
+            },
+            sort_keys=True,
+        ),
+    shell:
+        'ddsweep preflight --config-json "$DDSWEEP_PREFLIGHT_STUDY" --preset {wildcards.preset} '
+        "--write {output} > {log} 2>&1"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -135,16 +137,21 @@ def test_launcher_missing_fails_at_once_with_a_hint(tmp_path):
         run_point(record, tmp_path / "ar")
 
 
-def test_real_server_without_sglang_fails_at_once_with_a_hint(tmp_path):
-    if __import__("importlib").util.find_spec("sglang") is not None:
-        pytest.skip("sglang is installed here")
+def test_real_server_without_sglang_or_gpu_fails_at_once_with_a_hint(tmp_path):
     record = demo_record("ar", **NO_CODING)
     record["simulated"] = False
     record["engine"]["launcher"] = [sys.executable, "-m", "sglang.launch_server"]
+    if importlib.util.find_spec("sglang") is None:
+        missing = "SGLang is not installed"
+    elif shutil.which("nvidia-smi") is None:
+        missing = "no NVIDIA GPU found"
+    else:
+        pytest.skip("this machine has SGLang and a GPU")
     started = time.monotonic()
-    with pytest.raises(PointFailed, match="SGLang is not installed.*snakemake --cores all --configfile .test"):
+    with pytest.raises(PointFailed, match=f"{missing}.*snakemake --cores all --configfile .test"):
         run_point(record, tmp_path / "ar")
     assert time.monotonic() - started < 10
+    assert not (tmp_path / "ar" / "server.log").exists(), "no server may be started"
 
 
 def test_verification_failure_fails_the_point_and_keeps_the_records(tmp_path):

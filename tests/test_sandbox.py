@@ -382,6 +382,7 @@ def test_adversarial_program_is_contained(
     started = time.monotonic()
     result = sandbox.run(program)
     elapsed = time.monotonic() - started
+    print(f"[sandbox-matrix] {sandbox.isolation} | {name} | {result.status} | {elapsed:.2f} s")
     assert not result.passed, (guarantee, result)
     assert elapsed < TIMEOUT_S + 5, guarantee
     for path, (content, mode) in ctx.originals.items():

@@ -337,7 +337,7 @@ class Sandbox:
     def _run_in_slot(self, program: str, uid: int | None, timeout_s: float) -> SandboxResult:
         """Launch, feed, watch and clean up one run as user `uid` (None: as the current user)."""
         token = secrets.token_hex(16)
-        if uid is not None:
+        if uid is not None and self.isolation == "rlimits-only":
             _kill_matching(lambda pid: _real_uid(pid) == uid)  # leftovers of a run whose holder died
         workdir = None
         if self.isolation == "rlimits-only":

@@ -26,6 +26,7 @@ KIND_KNOBS = {"ddtree": KNOBS, "dflash": ("block_size", "window"), "ar": ()}
 # Placeholders a command template, environment value or verify value may use besides the knobs.
 SERVER_PLACEHOLDERS = ("model_path", "served_model_name", "drafter_path", "host", "port", "python")
 CODING_PROBLEMS = 164
+DEMO_HINT = "to try the pipeline without a GPU, run the demo: snakemake --cores all --configfile .test/config.yaml"
 
 
 class ConfigError(ValueError):

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ddsweep.config import ConfigError, Point, expand_points, load_config, point_record, validate_config
+from ddsweep.config import DEMO_HINT, ConfigError, Point, expand_points, load_config, point_record, validate_config
 from ddsweep.server import render_server
 from ddsweep.storage import write_json_atomic
 
@@ -329,6 +329,8 @@ def _run_preflight_command(args: argparse.Namespace) -> int:
     if errors:
         print(f"ddsweep preflight: {len(errors)} error(s) in study {config['study']!r} ({scope}); no point was "
               "started", file=sys.stderr)
+        if not config.get("simulated"):
+            print(f"ddsweep preflight: {DEMO_HINT}", file=sys.stderr)
         return 1
     if args.write:
         write_json_atomic(args.write, {"study": config["study"], "scope": scope, "ok": True,

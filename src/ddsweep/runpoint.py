@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ddsweep.config import ConfigError, find_point, load_config, point_record
+from ddsweep.config import DEMO_HINT, ConfigError, find_point, load_config, point_record
 from ddsweep.environment import collect_environment
 from ddsweep.server import (
     ManagedServer,
@@ -34,7 +34,6 @@ from ddsweep.server import (
 from ddsweep.storage import write_json_atomic
 
 PORT_ATTEMPTS = 3
-DEMO_HINT = "to try the pipeline without a GPU, run the demo: snakemake --cores all --configfile .test/config.yaml"
 
 
 class PointFailed(RuntimeError):

@@ -25,4 +25,5 @@ rule run_point:
         mem_mb=RESOURCES.get("mem_mb", 64000),
         slurm_extra=RESOURCES.get("slurm_extra") or "",
     shell:
-        "ddsweep run-point --record {params.record:q} --out {params.outdir} > {log} 2>&1"
+        "ddsweep run-point --record {params.record:q} --out {params.outdir} > {log} 2>&1 "
+        "|| (tail -n 30 {log} >&2; exit 1)"

@@ -39,4 +39,4 @@ rule preflight:
         ),
     shell:
         'ddsweep preflight --config-json "$DDSWEEP_PREFLIGHT_STUDY" --preset {wildcards.preset} '
-        "--write {output} > {log} 2>&1"
+        "--write {output} > {log} 2>&1 || (cat {log} >&2; exit 1)"

@@ -400,7 +400,7 @@ def format_plan(config: dict) -> str:
     return "\n".join(lines)
 
 
-def _config_from_args(args: argparse.Namespace) -> dict:
+def config_from_args(args: argparse.Namespace) -> dict:
     """The validated configuration named on the command line (files, or JSON as the workflow passes it)."""
     if getattr(args, "config_json", None):
         try:
@@ -413,7 +413,7 @@ def _config_from_args(args: argparse.Namespace) -> dict:
 def _run_plan(args: argparse.Namespace) -> int:
     """`ddsweep plan`: print the expanded sweep."""
     try:
-        config = _config_from_args(args)
+        config = config_from_args(args)
     except ConfigError as exc:
         print(f"ddsweep plan: {exc}", file=sys.stderr)
         return 2
@@ -424,7 +424,7 @@ def _run_plan(args: argparse.Namespace) -> int:
 def _run_validate(args: argparse.Namespace) -> int:
     """`ddsweep validate`: check the configuration, say so, and optionally write it out with defaults filled."""
     try:
-        config = _config_from_args(args)
+        config = config_from_args(args)
     except ConfigError as exc:
         print(f"ddsweep validate: {exc}", file=sys.stderr)
         return 2

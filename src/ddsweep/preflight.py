@@ -25,7 +25,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ddsweep.config import DEMO_HINT, ConfigError, Point, expand_points, load_config, point_record, validate_config
+from ddsweep.config import (
+    DEMO_HINT,
+    ConfigError,
+    Point,
+    config_from_args,
+    expand_points,
+    point_record,
+)
 from ddsweep.server import render_server
 from ddsweep.storage import write_json_atomic
 
@@ -311,13 +318,7 @@ def run_preflight(config: dict, presets: Iterable[str] | None = None) -> list[Fi
 def _run_preflight_command(args: argparse.Namespace) -> int:
     """`ddsweep preflight`: print every finding; exit 1 on any error, 2 on an invalid configuration."""
     try:
-        if args.config_json:
-            try:
-                config = validate_config(json.loads(args.config_json))
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"--config-json is not valid JSON: {exc}") from exc
-        else:
-            config = load_config(*args.config)
+        config = config_from_args(args)
         findings = run_preflight(config, args.preset)
     except ConfigError as exc:
         print(f"ddsweep preflight: {exc}", file=sys.stderr)

@@ -164,8 +164,11 @@ def acceptance_vs_budget(data: PlotData) -> Figure:
         return _no_data(data, title, "acceptance length of DDTree points")
     panels = _panels(points)
     fig, axes = _figure(data, f"{title} ({resolved.cell()})", len(panels), ncols=2)
+    budgets = sorted({p.budget for p in points})
     for ax, (block_size, window) in zip(axes, panels, strict=True):
         members = [p for p in points if p.block_size == block_size and p.window == window]
+        ax.set_xticks(budgets, [str(b) for b in budgets])
+        ax.set_xlim(budgets[0] - 1, budgets[-1] + 1)
         for topk in sorted({p.topk for p in members}):
             line = sorted((p for p in members if p.topk == topk), key=lambda p: p.budget)
             figs = [resolved.figure(p.point_id) for p in line]

@@ -184,6 +184,11 @@ def acceptance_vs_budget(data: PlotData) -> Figure:
     return fig
 
 
+def _cell_label(value: float) -> str:
+    """A heatmap cell's figure: whole numbers for throughputs, decimals for small figures."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def _heatmap(data: PlotData, regime_name: str, title: str) -> Figure:
     """Budget x topk heatmap of a regime's figure, one panel per (block size, window)."""
     resolved = data.regimes.get(regime_name)
@@ -209,7 +214,9 @@ def _heatmap(data: PlotData, regime_name: str, title: str) -> Figure:
         for i in range(len(budgets)):
             for j in range(len(topks)):
                 if not np.isnan(grid[i, j]):
-                    ax.text(j, i, f"{grid[i, j]:.3g}", ha="center", va="center", color="white", fontsize=9,
+                    red, green, blue, _ = image.cmap(image.norm(grid[i, j]))
+                    ink = "black" if 0.299 * red + 0.587 * green + 0.114 * blue > 0.5 else "white"
+                    ax.text(j, i, _cell_label(grid[i, j]), ha="center", va="center", color=ink, fontsize=9,
                             fontweight="bold")
         ax.set_xticks(range(len(topks)), [str(t) for t in topks])
         ax.set_yticks(range(len(budgets)), [str(b) for b in budgets])

@@ -456,17 +456,6 @@ def resolve_regime(groups: pd.DataFrame, regime: Regime, point_ids: list[str] | 
     return ResolvedRegime(regime, context, concurrency, note, table)
 
 
-def group_figure(groups: pd.DataFrame, point_id: str, metric: str, context: int | None,
-                 concurrency: int | None) -> dict[str, float] | None:
-    """Return {median, ci_low, ci_high} of one point, metric and cell, or None when absent."""
-    rows = groups[(groups["point_id"] == point_id) & (groups["metric"] == metric)
-                  & (groups["context"] == context) & (groups["concurrency"] == concurrency)]
-    if rows.empty:
-        return None
-    row = rows.iloc[0]
-    return {"median": float(row["median"]), "ci_low": float(row["ci_low"]), "ci_high": float(row["ci_high"])}
-
-
 def ratio_vs(value: float, reference: float, lower_is_better: bool) -> float | None:
     """Speed-up of `value` over `reference` (> 1 means better), or None when undefined."""
     if reference is None or value is None or reference <= 0 or value <= 0:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import shutil
 import signal
@@ -73,6 +72,13 @@ def _stderr(message: str) -> None:
     print(f"[{datetime.now().strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def _can_import_sglang(python: str) -> bool:
+    """Whether the interpreter `python` finds the sglang package."""
+    probe = subprocess.run([python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') "
+                            "is None)"], capture_output=True, timeout=120, check=False)
+    return probe.returncode == 0
+
+
 def check_local_engine(record: dict, command: list[str]) -> None:
     """Fail in seconds, before any server start, when the launcher or (for a real server) SGLang/GPU is missing."""
     program = command[0]
@@ -81,7 +87,7 @@ def check_local_engine(record: dict, command: list[str]) -> None:
     if record.get("simulated"):
         return
     module = command[command.index("-m") + 1] if "-m" in command[:-1] else ""
-    if module.startswith("sglang") and not sglang_available(program):
+    if module.startswith("sglang") and not _can_import_sglang(program):
         raise PointFailed("config", f"SGLang is not installed for {program!r} (engine.launcher); install it "
                           "or point engine.launcher at the Python of your SGLang build; " + DEMO_HINT)
     if shutil.which("nvidia-smi") is None:
@@ -284,11 +290,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", help="output directory (default results/points/POINT)")
     parser.set_defaults(func=_run_point_command)
 
-
-def sglang_available(python: str) -> bool:
-    """Whether `python` can import sglang (used by preflight too)."""
-    if python == sys.executable:
-        return importlib.util.find_spec("sglang") is not None
-    probe = subprocess.run([python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') "
-                            "is None)"], capture_output=True, timeout=120, check=False)
-    return probe.returncode == 0

@@ -1,4 +1,4 @@
-"""Measure the benchmark client (`ddsweep.loadgen`) against the stand-in server's own ground truth.
+"""Measure the benchmark client (`ddsweep.bench.loadgen`) against the stand-in server's own ground truth.
 
 Starts `ddsweep sim-server` in a separate process with a fixed rate (exactly 4 tokens per 10 ms verify step,
 whatever the batch size), runs `run_benchmark` at several concurrency levels with each HTTP client, and prints
@@ -42,8 +42,10 @@ from typing import Any, Optional, Union
 
 import httpx
 
-from ddsweep import metrics, prompts, storage
-from ddsweep.loadgen import BenchSettings, run_benchmark
+from ddsweep import storage
+from ddsweep.bench import metrics, prompts
+from ddsweep.bench.loadgen import BenchSettings, run_benchmark
+from ddsweep.sim import tokenizer as sim_tokenizer
 
 BENCH_SERVING_NAMES = ("RequestFuncInput", "RequestFuncOutput", "_create_bench_client_session", "get_auth_headers",
                        "get_request_headers", "_record_server_prompt_len", "_ROUTING_KEY_HEADER",
@@ -167,7 +169,7 @@ def measure(url: str, client: str, level: int, max_tokens: int, bench_serving: d
     n = max(2 * level, 16)
     if client == "bench_serving":
         assert bench_serving is not None
-        texts = [prompts.build_prompt(128, i, 0) for i in range(n)]
+        texts = [prompts.build_prompt(128, i, sim_tokenizer.count) for i in range(n)]
         httpx.post(url + "/sim/reset", timeout=30)
         before = _cpu()
         result = run_bench_serving(bench_serving, url, texts, level, max_tokens)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+import os
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from ddsweep.config import find_point, merge_config, point_record, validate_config
+from ddsweep.config.study import find_point, merge_config, point_record, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,3 +37,21 @@ def small_bench() -> dict:
     """A benchmark section small enough for unit tests."""
     return {"contexts": [64], "concurrency": [1, 2], "max_new_tokens": 16, "requests_per_cell": 2, "repeats": 1,
             "warmup_requests": 1}
+
+
+def copy_workflow(dest: Path) -> Path:
+    """A working copy of the workflow (its own results/ and .snakemake/), sharing the package sources."""
+    for name in ("Snakefile", "workflow", "config", ".test", "envs", "profiles"):
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, dest / name, symlinks=True)
+        else:
+            shutil.copy(source, dest / name)
+    (dest / "src").symlink_to(ROOT / "src")
+    (dest / "slurm").symlink_to("profiles/slurm")
+    return dest
+
+
+def venv_env() -> dict[str, str]:
+    """The environment with this interpreter's bin directory first on PATH, so jobs find `ddsweep`."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -9,15 +9,15 @@ import sys
 # Subcommand -> module that registers it with `register(subparsers)`. Only the chosen subcommand's module is
 # imported, so light commands (the stand-in server, run-point) do not pay for pandas and matplotlib.
 SUBCOMMANDS = {
-    "plan": "ddsweep.config",
-    "validate": "ddsweep.config",
-    "preflight": "ddsweep.preflight",
-    "run-point": "ddsweep.runpoint",
-    "sim-server": "ddsweep.simserver",
-    "bench": "ddsweep.loadgen",
+    "plan": "ddsweep.config.study",
+    "validate": "ddsweep.config.study",
+    "preflight": "ddsweep.point.preflight",
+    "run-point": "ddsweep.point.run",
+    "sim-server": "ddsweep.sim.cli",
+    "bench": "ddsweep.bench.loadgen",
     "coding-eval": "ddsweep.coding.eval",
-    "summarize": "ddsweep.summarize",
-    "bundle": "ddsweep.bundle",
+    "summarize": "ddsweep.analysis.summarize",
+    "bundle": "ddsweep.analysis.bundle",
 }
 
 

@@ -2,7 +2,7 @@ import json
 
 from snakemake.utils import validate
 
-from ddsweep.config import ConfigError, expand_points, point_record, validate_config
+from ddsweep.config.study import ConfigError, expand_points, point_record, validate_config
 
 
 # ddsweep's own check first: its messages name the key and the rule broken; the catalog-style schema

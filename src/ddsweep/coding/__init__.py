@@ -1,1 +1,4 @@
-"""HumanEval coding eval: data, code extraction, sandboxed execution, runner and output comparison."""
+"""Stage 2, evaluate code: HumanEval data, code extraction, sandboxed execution, the runner, output comparison.
+
+May import: `ddsweep.storage`, `ddsweep.config`. Never `point`, `analysis`, `bench` or `sim`.
+"""

@@ -562,7 +562,7 @@ def _content(message: dict) -> str:
 def _load_simulated_answer() -> Callable[[list[dict], int], str | None] | None:
     """The coding stand-in's answer function, when that module is installed."""
     try:
-        module = importlib.import_module("ddsweep.coding.simulated")
+        module = importlib.import_module("ddsweep.sim.coding")
     except ImportError:
         return None
     return getattr(module, "simulated_answer", None)

@@ -1,0 +1,83 @@
+"""`ddsweep summarize`: aggregate every sweep point into tables, plots and the optimization summary."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ddsweep.analysis.decisions import Settings, analyse, render_markdown
+from ddsweep.analysis.plots import PlotData, write_plots
+from ddsweep.analysis.results import load_results, overview_table, write_tables
+from ddsweep.config.study import configured_point_ids
+from ddsweep.storage import write_text_atomic
+
+
+@dataclass
+class SummaryResult:
+    """What `summarize` wrote and the decisions it reached."""
+
+    tables: dict[str, Path]
+    plots: dict[str, Path]
+    summary_path: Path
+    regime_winners: dict[str, str | None]
+    regime_ties: dict[str, list[str]]
+    priority_picks: dict[str, str | None]
+    pareto: list[str]
+    drafter_bound: bool | None
+    simulated: bool
+
+
+def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | None,
+              config_path: Path | None = None) -> SummaryResult:
+    """Write RESULTS_DIR/tables/*.csv, REPORTS_DIR/plots/*.png and REPORTS_DIR/optimization_summary.md."""
+    results_dir, reports_dir = Path(results_dir), Path(reports_dir)
+    results = load_results(results_dir, configured_point_ids(config))
+    settings = Settings.from_config(config, config_path)
+    decisions = analyse(results, settings)
+    resolved = [o.resolved for o in decisions.regimes]
+    tables = write_tables(results, results_dir / "tables", overview_table(results, resolved, decisions.lossless))
+    plot_data = PlotData(results, {r.regime.name: r for r in resolved}, decisions.pareto, decisions.lossless)
+    plots = write_plots(plot_data, reports_dir / "plots")
+    summary_path = write_text_atomic(reports_dir / "optimization_summary.md", render_markdown(decisions))
+    return SummaryResult(
+        tables=tables, plots=plots, summary_path=summary_path,
+        regime_winners={o.resolved.regime.name: o.winner for o in decisions.regimes},
+        regime_ties={o.resolved.regime.name: o.ties for o in decisions.regimes},
+        priority_picks={p.name: p.point_id for p in decisions.priorities},
+        pareto=decisions.pareto, drafter_bound=decisions.diagnosis.drafter_bound, simulated=results.simulated,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `ddsweep summarize` from parsed arguments; returns the exit code."""
+    config = None
+    if args.config:
+        try:
+            config = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            print(f"ddsweep summarize: cannot read config {args.config}: {exc}", file=sys.stderr)
+            return 2
+    if not Path(args.results_dir).is_dir():
+        print(f"ddsweep summarize: results directory {args.results_dir} does not exist", file=sys.stderr)
+        return 2
+    result = summarize(Path(args.results_dir), Path(args.out), config,
+                       Path(args.config) if args.config else None)
+    print(result.summary_path)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `summarize` subcommand."""
+    parser = subparsers.add_parser(
+        "summarize", help="aggregate sweep results into tables, plots and the optimization summary",
+        description="Aggregate RESULTS_DIR/points/* into RESULTS_DIR/tables/*.csv, REPORTS_DIR/plots/*.png "
+                    "and REPORTS_DIR/optimization_summary.md.")
+    parser.add_argument("results_dir", metavar="RESULTS_DIR", help="the results directory (contains points/)")
+    parser.add_argument("--out", required=True, metavar="REPORTS_DIR", help="where plots and the summary go")
+    parser.add_argument("--config", metavar="CONFIG_YAML", help="the study config (regimes, priorities, …)")
+    parser.set_defaults(func=run)

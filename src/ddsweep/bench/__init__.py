@@ -1,0 +1,4 @@
+"""Stage 2, measure: the HTTP transport, the cell runner, prompts and workloads, per-request records, metrics.
+
+May import: `ddsweep.storage`, `ddsweep.config`. Never `point`, `analysis` or `sim`.
+"""

@@ -1,0 +1,4 @@
+"""Stage 1, configure: the schema, validation, the knob registry, sweep expansion and `ddsweep plan`.
+
+May import: `ddsweep.storage`. Imported by every later stage; imports none of them.
+"""

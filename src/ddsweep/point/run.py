@@ -1,0 +1,292 @@
+"""One sweep point's whole job: start the server, verify its knobs, benchmark, coding eval, record, stop.
+
+`status.json` is written last and only on success, so a point that failed or was interrupted never looks
+complete; everything measured before a failure stays on disk next to `failure.json`."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ddsweep.config.study import DEMO_HINT, ConfigError, find_point, load_config, point_record
+from ddsweep.point.environment import collect_environment
+from ddsweep.point.lifecycle import (
+    ManagedServer,
+    ServerError,
+    describe_failed_checks,
+    find_free_port,
+    log_tail,
+    render_server,
+    verify_settings,
+)
+from ddsweep.storage import write_json_atomic
+
+PORT_ATTEMPTS = 3
+
+
+class PointFailed(RuntimeError):
+    """A point could not be completed; `kind` is one of the error kinds in docs/results-schema.md."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT arrived (Slurm's pre-timeout signal, scancel, Ctrl-C)."""
+
+
+@dataclass
+class PointRun:
+    """Bookkeeping of one run: when it started and which steps it reached."""
+
+    point_id: str
+    simulated: bool
+    started_utc: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    started: float = field(default_factory=time.monotonic)
+    steps: dict[str, str] = field(default_factory=dict)
+    startup_s: float | None = None
+
+    def record(self, status: str, **extra: Any) -> dict:
+        """The status.json / failure.json record."""
+        return {"point_id": self.point_id, "status": status, "simulated": self.simulated,
+                "started_utc": self.started_utc,
+                "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "duration_s": round(time.monotonic() - self.started, 3), "startup_s": self.startup_s,
+                "steps": dict(self.steps), **extra}
+
+
+def _stderr(message: str) -> None:
+    """Progress lines go to stderr (the job's log) with a timestamp."""
+    print(f"[{datetime.now().strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _can_import_sglang(python: str) -> bool:
+    """Whether the interpreter `python` finds the sglang package."""
+    probe = subprocess.run([python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') "
+                            "is None)"], capture_output=True, timeout=120, check=False)
+    return probe.returncode == 0
+
+
+def check_local_engine(record: dict, command: list[str]) -> None:
+    """Fail in seconds, before any server start, when the launcher or (for a real server) SGLang/GPU is missing."""
+    program = command[0]
+    if shutil.which(program) is None and not Path(program).exists():
+        raise PointFailed("config", f"the server launcher {program!r} (engine.launcher) is not on PATH; {DEMO_HINT}")
+    if record.get("simulated"):
+        return
+    module = command[command.index("-m") + 1] if "-m" in command[:-1] else ""
+    if module.startswith("sglang") and not _can_import_sglang(program):
+        raise PointFailed("config", f"SGLang is not installed for {program!r} (engine.launcher); install it "
+                          "or point engine.launcher at the Python of your SGLang build; " + DEMO_HINT)
+    if shutil.which("nvidia-smi") is None:
+        raise PointFailed("config", "no NVIDIA GPU found on this machine (nvidia-smi is not on PATH); a real "
+                          "server needs one; " + DEMO_HINT)
+
+
+def _archive_previous_attempt(out_dir: Path) -> None:
+    """Move the files of an earlier attempt into attempts/<time>/, so a rerun never mixes or loses data."""
+    entries = [p for p in out_dir.iterdir() if p.name != "attempts"] if out_dir.exists() else []
+    if not entries:
+        return
+    target = out_dir / "attempts" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    target.mkdir(parents=True)
+    for entry in entries:
+        entry.rename(target / entry.name)
+
+
+def _install_signal_handlers() -> dict:
+    """Turn SIGTERM/SIGINT into an Interrupted exception so the server is always stopped."""
+    def handler(signum: int, _frame: object) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _start_server(record: dict, out_dir: Path, run: PointRun, progress: Callable[[str], None]) -> ManagedServer:
+    """Start the server on a free port (a new one if the port was taken meanwhile) and wait until healthy."""
+    engine = record["engine"]
+    host = engine.get("host", "127.0.0.1")
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        spec = render_server(record, find_free_port(host))
+        if attempt == 1:
+            check_local_engine(record, spec.command)
+        write_json_atomic(out_dir / "point.json", {
+            "point_id": record["point_id"], "preset": record["point"]["preset"], "kind": record["point"]["kind"],
+            "knobs": {k: record["point"][k] for k in ("budget", "topk", "block_size", "window")},
+            "command": spec.command, "env": spec.env, "host": spec.host, "port": spec.port,
+            "study": record["study"], "simulated": run.simulated})
+        server = ManagedServer(spec, out_dir / "server.log", engine.get("shutdown_timeout_s", 60))
+        progress(f"starting server on {spec.url}: {' '.join(spec.command)}")
+        try:
+            server.start()
+            run.startup_s = server.wait_until_healthy(engine.get("startup_timeout_s", 1200), progress)
+        except ServerError as exc:
+            server.stop()
+            if exc.kind != "port_in_use":
+                raise PointFailed(exc.kind, str(exc)) from exc
+            if attempt < PORT_ATTEMPTS:
+                progress(f"port {spec.port} was taken before the server bound it; retrying on another port")
+                continue
+            raise PointFailed("startup_exit", f"the port was already in use on all {PORT_ATTEMPTS} attempts; "
+                              f"last attempt: {exc}") from exc
+        except BaseException:
+            server.stop()
+            raise
+        progress(f"server healthy after {run.startup_s:.1f} s")
+        return server
+    raise AssertionError("unreachable: the loop returns or raises")
+
+
+def _verify(server: ManagedServer, out_dir: Path, run: PointRun) -> dict:
+    """Record /get_server_info and fail the point if the server did not apply every configured knob."""
+    try:
+        info = server.server_info()
+    except ServerError as exc:
+        raise PointFailed(exc.kind, str(exc)) from exc
+    write_json_atomic(out_dir / "server_info.json", info)
+    run.simulated = run.simulated or bool(info.get("simulated"))
+    verification = verify_settings(server.spec, info, server.log_path.read_text(errors="replace"))
+    write_json_atomic(out_dir / "verification.json", verification)
+    if not verification["ok"]:
+        raise PointFailed("verify", "the server did not apply the requested settings:\n"
+                          + describe_failed_checks(verification))
+    return info
+
+
+def _crash_or(server: ManagedServer, step: str, kind: str, message: str) -> PointFailed:
+    """Name a server crash during `step` as such when the process is gone, else keep the given kind."""
+    code = server.exited()
+    if code is not None:
+        return PointFailed("server_crash", f"the server exited with code {code} during the {step} ({message}); "
+                           f"last log lines:\n{log_tail(server.log_path)}")
+    return PointFailed(kind, message)
+
+
+def _check_alive(server: ManagedServer, step: str) -> None:
+    """Fail the point when the server died during `step`, even if the step tolerated the requests it lost."""
+    if server.exited() is not None:
+        raise _crash_or(server, step, "server_crash", "its results are incomplete")
+
+
+def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun,
+               progress: Callable[[str], None]) -> None:
+    """Run the benchmark matrix against the server."""
+    from ddsweep.bench.loadgen import BenchmarkError, BenchSettings, run_benchmark
+
+    bench = record["benchmark"]
+    settings = BenchSettings(**{k: v for k, v in bench.items() if k in BenchSettings.__dataclass_fields__})
+    try:
+        run_benchmark(server.spec.url, out_dir / "bench", settings, simulated=run.simulated, progress=progress)
+    except BenchmarkError as exc:
+        raise _crash_or(server, "benchmark", "bench_failures", str(exc)) from exc
+    _check_alive(server, "benchmark")
+
+
+def _coding_eval(record: dict, server: ManagedServer, out_dir: Path, run: PointRun,
+                 progress: Callable[[str], None]) -> None:
+    """Run the HumanEval coding eval against the server."""
+    from ddsweep.coding.eval import CodingEvalError, CodingSettings, run_coding_eval
+
+    coding = dict(record["coding_eval"])
+    coding["model"] = record["target"].get("served_model_name")
+    settings = CodingSettings(**{k: v for k, v in coding.items() if k in CodingSettings.__dataclass_fields__})
+    try:
+        run_coding_eval(server.spec.url, out_dir / "coding", settings, simulated=run.simulated, progress=progress)
+    except CodingEvalError as exc:
+        raise _crash_or(server, "coding eval", "coding", str(exc)) from exc
+    _check_alive(server, "coding eval")
+
+
+def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _stderr) -> dict:
+    """Run one point end to end; returns the status record, raises PointFailed (after writing failure.json)."""
+    out_dir = Path(out_dir)
+    _archive_previous_attempt(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run = PointRun(point_id=record["point_id"], simulated=bool(record.get("simulated")))
+    previous = _install_signal_handlers()
+    server: ManagedServer | None = None
+    try:
+        try:
+            run.steps["server"] = "started"
+            server = _start_server(record, out_dir, run, progress)
+            run.steps["server"] = "ok"
+            info = _verify(server, out_dir, run)
+            run.steps["verify"] = "ok"
+            write_json_atomic(out_dir / "environment.json", collect_environment(info, run.simulated))
+            run.steps["bench"] = "started"
+            _benchmark(record, server, out_dir, run, progress)
+            run.steps["bench"] = "ok"
+            if record["coding_eval"].get("enabled", True):
+                run.steps["coding"] = "started"
+                _coding_eval(record, server, out_dir, run, progress)
+                run.steps["coding"] = "ok"
+        finally:
+            if server is not None:
+                killed = server.stop()
+                run.steps["stop"] = "ok" if not killed else f"killed {len(killed)} process(es) that ignored SIGTERM"
+    except PointFailed as exc:
+        write_json_atomic(out_dir / "failure.json", run.record("failed", error_kind=exc.kind, error=str(exc)))
+        raise
+    except Interrupted as exc:
+        message = f"interrupted by {exc}; the server was stopped and the point is incomplete (rerun it)"
+        write_json_atomic(out_dir / "failure.json", run.record("failed", error_kind="interrupted", error=message))
+        raise PointFailed("interrupted", message) from None
+    except OSError as exc:
+        message = f"could not write results under {out_dir}: {exc}"
+        with contextlib.suppress(OSError):
+            write_json_atomic(out_dir / "failure.json", run.record("failed", error_kind="io", error=message))
+        raise PointFailed("io", message) from exc
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    status = run.record("ok")
+    write_json_atomic(out_dir / "status.json", status)
+    return status
+
+
+def _run_point_command(args: argparse.Namespace) -> int:
+    """`ddsweep run-point`: run one point from a record (as the workflow does) or from a config and id."""
+    try:
+        if args.record:
+            record = json.loads(args.record)
+        else:
+            config = load_config(*args.config)
+            record = point_record(config, find_point(config, args.point))
+    except (ConfigError, json.JSONDecodeError) as exc:
+        print(f"ddsweep run-point: {exc}", file=sys.stderr)
+        return 2
+    out_dir = Path(args.out or f"results/points/{record['point_id']}")
+    try:
+        status = run_point(record, out_dir)
+    except PointFailed as exc:
+        print(f"ddsweep run-point: point {record['point_id']} FAILED ({exc.kind}): {exc}\n"
+              f"  details: {out_dir / 'failure.json'}; server log: {out_dir / 'server.log'}", file=sys.stderr)
+        return 143 if exc.kind == "interrupted" else 1
+    label = " [SIMULATED]" if status["simulated"] else ""
+    print(f"point {record['point_id']} done in {status['duration_s']:.1f} s{label}: {out_dir}", file=sys.stderr)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `run-point` subcommand."""
+    parser = subparsers.add_parser("run-point", help="run one sweep point: server, verify, benchmark, coding eval",
+                                   description=__doc__)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--point", help="point id from the configuration (with --config)")
+    source.add_argument("--record", help="the point's record as JSON (what the workflow passes)")
+    parser.add_argument("--config", "-c", nargs="+", default=["config/config.yaml"], help="configuration file(s)")
+    parser.add_argument("--out", help="output directory (default results/points/POINT)")
+    parser.set_defaults(func=_run_point_command)
+

@@ -1,0 +1,112 @@
+"""Loading results into tidy tables: schema columns, tolerance of broken points, simulated flags."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+from resultsets import REPEATS, broken_set, coding_set, drafter_bound_set, simulated_set, write_results
+
+from ddsweep.analysis.results import (
+    CELL_COLUMNS,
+    CODING_COLUMNS,
+    GROUP_COLUMNS,
+    POINT_COLUMNS,
+    Regime,
+    load_results,
+    lossless_vs_ar,
+    overview_table,
+    resolve_regime,
+    write_tables,
+)
+from ddsweep.cli import main
+
+
+def test_broken_points_are_recorded_with_reasons(tmp_path: Path) -> None:
+    spec = broken_set()
+    results = load_results(write_results(spec, tmp_path))
+    status = {p.point_id: p.status for p in results.points}
+    assert {pid for pid, s in status.items() if s == "ok"} == spec.expected["ok"]
+    assert {pid for pid, s in status.items() if s == "malformed"} == spec.expected["malformed"]
+    assert {pid for pid, s in status.items() if s == "incomplete"} == spec.expected["incomplete"]
+    for pid, kind in spec.expected["failed"].items():
+        record = results.point(pid)
+        assert record.status == "failed" and record.error_kind == kind and record.error
+    assert all(results.point(pid).error for pid in spec.expected["malformed"] | spec.expected["incomplete"])
+    good = results.point("bs8-b8-t4-w2048")
+    assert any("malformed line" in issue for issue in good.issues)
+    assert len(results.coding_records["bs8-b8-t4-w2048"]) == len(spec.point("bs8-b8-t4-w2048").coding)
+
+
+def test_tables_have_schema_columns_and_one_row_per_measurement(tmp_path: Path) -> None:
+    spec = drafter_bound_set()
+    results = load_results(write_results(spec, tmp_path))
+    regimes = [resolve_regime(results.groups, Regime("latency", "decode_tok_s", 128, 1))]
+    paths = write_tables(results, tmp_path / "tables", overview_table(results, regimes, lossless_vs_ar(results)))
+    assert set(paths) == {"points", "bench_cells", "bench_groups", "coding", "overview"}
+    tables = {name: pd.read_csv(path) for name, path in paths.items()}
+    assert list(tables["points"].columns) == list(POINT_COLUMNS)
+    assert list(tables["bench_cells"].columns) == list(CELL_COLUMNS)
+    assert list(tables["bench_groups"].columns) == list(GROUP_COLUMNS)
+    assert list(tables["coding"].columns) == list(CODING_COLUMNS)
+    assert all("simulated" in t.columns for t in tables.values())
+    n_cells = sum(len(p.contexts) * len(p.concurrency) for p in spec.points)
+    assert len(tables["bench_cells"]) == n_cells * REPEATS
+    assert len(tables["points"]) == len(tables["overview"]) == len(spec.points)
+    off = tables["points"].set_index("point_id").loc["bs8-b8-t4-woff", "window"]
+    assert math.isnan(off)
+
+
+def test_overview_speedup_is_relative_to_ar_at_the_same_cell(tmp_path: Path) -> None:
+    spec = drafter_bound_set()
+    results = load_results(write_results(spec, tmp_path))
+    regimes = [resolve_regime(results.groups, Regime("throughput", "output_throughput_tok_s", 128, 32))]
+    overview = overview_table(results, regimes, lossless_vs_ar(results)).set_index("point_id")
+    truth = spec.true_figures("output_throughput_tok_s", 128, 32)
+    for pid, (median, _, _) in truth.items():
+        assert math.isclose(overview.loc[pid, "throughput_speedup_vs_ar"], median / truth["ar"][0])
+
+
+def test_nearest_cell_is_resolved_when_the_configured_one_is_absent(tmp_path: Path) -> None:
+    results = load_results(write_results(drafter_bound_set(), tmp_path))
+    resolved = resolve_regime(results.groups, Regime("x", "decode_tok_s", 3000, 24))
+    assert (resolved.context, resolved.concurrency) == (4096, 32)
+    assert resolved.note and "nearest" in resolved.note
+    exact = resolve_regime(results.groups, Regime("y", "decode_tok_s", 128, 8))
+    assert exact.note is None and (exact.context, exact.concurrency) == (128, 8)
+
+
+def test_simulated_flag_reaches_every_table(tmp_path: Path) -> None:
+    results = load_results(write_results(simulated_set(), tmp_path))
+    assert results.simulated
+    for frame in (results.points_frame(), results.cells, results.groups, results.coding):
+        assert len(frame) and frame["simulated"].all()
+    real = load_results(write_results(coding_set(), tmp_path / "real"))
+    assert not real.simulated and not real.cells["simulated"].any()
+
+
+def test_truncation_is_read_from_flag_or_finish_reason(tmp_path: Path) -> None:
+    spec = coding_set()
+    results = load_results(write_results(spec, tmp_path))
+    coding = results.coding[results.coding["point_id"] == spec.expected["truncating"]]
+    assert int(coding["truncated"].sum()) == spec.expected["truncated"]
+    assert int((~coding["passed"] & ~coding["truncated"]).sum()) == spec.expected["real_failures"]
+
+
+def test_cli_summarize_writes_tables_plots_and_summary(tmp_path: Path, capsys) -> None:
+    spec = simulated_set()
+    results = write_results(spec, tmp_path)
+    config = tmp_path / "study.yaml"
+    config.write_text("study: cli-study\ndrafter: {model_path: /m, trained_block_size: 8}\n", encoding="utf-8")
+    code = main(["summarize", str(results), "--out", str(tmp_path / "reports"), "--config", str(config)])
+    assert code == 0
+    summary = tmp_path / "reports" / "optimization_summary.md"
+    assert capsys.readouterr().out.strip() == str(summary)
+    text = summary.read_text(encoding="utf-8")
+    assert text.startswith("# Optimization summary: cli-study") and "SIMULATED" in text
+    assert f"--configfile {config}" in text
+    for name in ("points", "bench_cells", "bench_groups", "coding", "overview"):
+        assert (results / "tables" / f"{name}.csv").exists()
+    assert len(list((tmp_path / "reports" / "plots").glob("*.png"))) == 7
+    assert main(["summarize", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r2")]) == 2

@@ -1,0 +1,275 @@
+"""The optimization summary reaches the answers built into the synthetic result sets."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from resultsets import (
+    ResultSetSpec,
+    broken_set,
+    budget_bound_set,
+    coding_set,
+    confounded_set,
+    drafter_bound_set,
+    nearest_cell_set,
+    simulated_set,
+    write_results,
+)
+
+from ddsweep.analysis.decisions import (
+    DEFAULT_PRIORITIES,
+    DEFAULT_REGIMES,
+    Decisions,
+    Settings,
+    analyse,
+    render_markdown,
+)
+from ddsweep.analysis.results import load_results
+from ddsweep.analysis.summarize import SummaryResult, summarize
+
+HAS_LOSSLESS = importlib.util.find_spec("ddsweep.coding.lossless") is not None
+
+
+def run(spec: ResultSetSpec, root: Path) -> tuple[SummaryResult, str]:
+    """Write a spec, summarize it (tables, plots, summary) and return the result with the summary text."""
+    results = write_results(spec, root)
+    result = summarize(results, root / "reports", spec.config)
+    return result, result.summary_path.read_text(encoding="utf-8")
+
+
+def decide(spec: ResultSetSpec, root: Path) -> tuple[Decisions, str]:
+    """Write a spec and compute its decisions and summary text only (no plots, for speed)."""
+    decisions = analyse(load_results(write_results(spec, root)), Settings.from_config(spec.config))
+    return decisions, render_markdown(decisions)
+
+
+@pytest.fixture(scope="module")
+def drafter_bound(tmp_path_factory: pytest.TempPathFactory) -> tuple[ResultSetSpec, SummaryResult, str]:
+    """The seed-like study, summarized once for the tests of this module."""
+    spec = drafter_bound_set()
+    return (spec, *run(spec, tmp_path_factory.mktemp("drafter_bound")))
+
+
+def best(figures: dict[str, tuple[float, float, float]], lower: bool = False) -> str:
+    """The point with the best median."""
+    return (min if lower else max)(figures, key=lambda pid: figures[pid][0])
+
+
+def test_regime_winners_match_the_true_best(drafter_bound: tuple) -> None:
+    spec, result, _ = drafter_bound
+    for regime in DEFAULT_REGIMES:
+        figures = spec.true_figures(regime.metric, regime.context, regime.concurrency)
+        assert result.regime_winners[regime.name] == best(figures, regime.lower_is_better), regime.name
+
+
+def test_overlapping_confidence_intervals_are_ties(drafter_bound: tuple) -> None:
+    spec, result, text = drafter_bound
+    for regime in DEFAULT_REGIMES:
+        figures = spec.true_figures(regime.metric, regime.context, regime.concurrency)
+        winner = best(figures, regime.lower_is_better)
+        _, low, high = figures[winner]
+        expected = {pid for pid, (_, lo, hi) in figures.items() if pid != winner and lo <= high and low <= hi}
+        assert set(result.regime_ties[regime.name]) == expected, regime.name
+    latency_row = next(line for line in text.splitlines() if line.startswith("| latency |"))
+    assert "bs8-b12-t4-w2048" in latency_row, "the statistical tie must be reported next to the winner"
+
+
+def test_priority_picks_follow_weighted_normalised_scores(drafter_bound: tuple) -> None:
+    spec, result, _ = drafter_bound
+    regimes = {r.name: r for r in DEFAULT_REGIMES}
+    for priority, weights in DEFAULT_PRIORITIES.items():
+        tables = {name: spec.true_figures(regimes[name].metric, regimes[name].context, regimes[name].concurrency)
+                  for name in weights}
+        common = set.intersection(*(set(t) for t in tables.values()))
+        tops = {name: max(v[0] for v in t.values()) for name, t in tables.items()}
+        scores = {pid: sum(w * tables[n][pid][0] / tops[n] for n, w in weights.items()) / sum(weights.values())
+                  for pid in common}
+        assert result.priority_picks[priority] == max(scores, key=scores.get), priority
+
+
+def test_trade_off_between_picks_is_stated_in_numbers(drafter_bound: tuple) -> None:
+    spec, result, text = drafter_bound
+    lat_pick, thr_pick = result.priority_picks["latency_first"], result.priority_picks["throughput_first"]
+    assert lat_pick != thr_pick
+    thr = spec.true_figures("output_throughput_tok_s", 128, 32)
+    gain = (thr[thr_pick][0] / thr[lat_pick][0] - 1) * 100
+    line = next(line for line in text.splitlines()
+                if line.startswith(f"- `throughput_first` → `{thr_pick}` vs `{lat_pick}`"))
+    assert f"+{gain:.1f}% throughput" in line
+    assert "% latency" in line
+
+
+def test_pareto_set_is_the_non_dominated_points(drafter_bound: tuple) -> None:
+    spec, result, text = drafter_bound
+    lat, thr = spec.true_figures("decode_tok_s", 128, 1), spec.true_figures("output_throughput_tok_s", 128, 32)
+    front = {p for p in lat if not any(lat[q][0] >= lat[p][0] and thr[q][0] >= thr[p][0]
+                                       and (lat[q][0] > lat[p][0] or thr[q][0] > thr[p][0]) for q in lat)}
+    assert set(result.pareto) == front
+    section = text.split("## Latency–throughput Pareto set")[1].split("\n## ")[0]
+    assert all(f"`{p}`" in section for p in front)
+
+
+def test_drafter_bound_case_is_diagnosed(drafter_bound: tuple) -> None:
+    spec, result, text = drafter_bound
+    assert result.drafter_bound is spec.expected["drafter_bound"] is True
+    low, high = spec.expected["block_pair"]
+    gain = spec.point(high).acceptance / spec.point(low).acceptance - 1
+    assert gain < 0.10
+    assert "Acceptance is drafter-bound" in text
+    assert f"+{gain * 100:.1f}%" in text
+
+
+def test_wide_spread_is_a_caveat(drafter_bound: tuple) -> None:
+    spec, _, text = drafter_bound
+    section = text.split("### Run-to-run spread")[1].split("###")[0]
+    assert f"`{spec.expected['wide_spread_point']}`" in section
+    narrow = [p.point_id for p in spec.points if p.spread <= 0.10]
+    assert not any(f"`{pid}`" in section for pid in narrow)
+
+
+def test_summary_alone_gives_every_completed_point_and_the_platform(drafter_bound: tuple) -> None:
+    spec, _, text = drafter_bound
+    appendix = text.split("## All completed points at the regime cells")[1]
+    assert all(f"`{p.point_id}`" in appendix for p in spec.points)
+    platform = text.split("## Platform")[1].split("\n## ")[0]
+    assert "NVIDIA B200" in platform and "PCIe" in platform and "0.5.23" in platform and "abc1234" in platform
+    assert "same platform" in platform
+    assert "snakemake --cores all --configfile" in text
+    assert "SIMULATED" not in text
+
+
+def test_budget_bound_case_is_not_called_drafter_bound(tmp_path: Path) -> None:
+    spec = budget_bound_set()
+    result, text = decide(spec, tmp_path)
+    assert result.diagnosis.drafter_bound is spec.expected["drafter_bound"] is False
+    assert "Acceptance is not drafter-bound" in text
+    assert "Acceptance is drafter-bound" not in text
+    budgets = [p for p in spec.points if p.kind == "ddtree" and p.block_size == 8]
+    growth = max(p.acceptance for p in budgets) / min(p.acceptance for p in budgets) - 1
+    budget_line = next(line for line in text.splitlines() if line.startswith("- **budget**"))
+    assert f"+{growth * 100:.1f}%" in budget_line
+
+
+def test_block_size_change_that_also_changed_topk_is_flagged(tmp_path: Path) -> None:
+    spec = confounded_set()
+    result, text = decide(spec, tmp_path)
+    caveat = next(line for line in text.splitlines() if line.startswith("- **block_size 8 vs 16"))
+    assert spec.expected["confounded_point"] in caveat and spec.expected["closest"] in caveat
+    assert "also differs in topk" in caveat
+    assert "No matched block_size pair exists" in caveat
+    confounded = spec.point(spec.expected["confounded_point"])
+    assert f"block_size {confounded.block_size}, window" in caveat and "topk 4" in caveat
+    assert result.diagnosis.drafter_bound is None
+    assert "cannot be judged" in text
+    trained = spec.expected["trained_block_size"]
+    assert f"Drafter trained block size: {trained} (source: block_size in" in text
+
+
+def test_matched_alternative_is_named_when_one_exists(tmp_path: Path) -> None:
+    spec = confounded_set()
+    template = spec.point("bs8-b8-t4-w2048")
+    spec.points.append(type(template)("bs12-b8-t4-w2048", "ddtree", budget=8, topk=4, block_size=12,
+                                      window=2048, acceptance=5.0))
+    _, text = decide(spec, tmp_path)
+    caveat = next(line for line in text.splitlines() if line.startswith("- **block_size 12 vs 16 is confounded"))
+    assert "A matched block_size pair to look at instead: `bs12-b8-t4-w2048` vs `bs8-b8-t4-w2048`" in caveat
+    assert "- **block_size 8 vs 12" not in text
+
+
+def test_truncation_failures_are_counted_apart(tmp_path: Path) -> None:
+    spec = coding_set()
+    _, text = decide(spec, tmp_path)
+    records = spec.point(spec.expected["truncating"]).coding
+    truncated = sum(1 for r in records if r["truncated"])
+    real = sum(1 for r in records if not r["passed"] and not r["truncated"])
+    section = text.split("### Coding check: truncation vs real failures")[1].split("###")[0]
+    row = next(line for line in section.splitlines() if line.startswith(f"| `{spec.expected['truncating']}` |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4] == str(truncated) and cells[6] == str(real)
+    assert "assertion 1" in cells[7] and "truncated" not in cells[7]
+
+
+@pytest.mark.skipif(not HAS_LOSSLESS, reason="ddsweep.coding.lossless is not installed yet")
+def test_output_mismatch_vs_ar_is_reported(tmp_path: Path) -> None:
+    spec = coding_set()
+    _, text = decide(spec, tmp_path)
+    section = text.split("### Output mismatches vs `ar`")[1].split("###")[0]
+    line = next(line for line in section.splitlines() if f"`{spec.expected['diverging']}`" in line)
+    assert spec.expected["diverging_task"] in line
+    n = len(spec.point(spec.expected["diverging"]).coding)
+    assert f"{n - 1}/{n} identical" in line
+
+
+def test_missing_lossless_module_is_stated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ddsweep.coding.lossless", None)
+    _, text = decide(coding_set(), tmp_path)
+    assert "Not compared: ddsweep.coding.lossless is not importable" in text
+
+
+def test_failed_and_malformed_points_are_listed_without_crashing(tmp_path: Path) -> None:
+    spec = broken_set()
+    result, text = run(spec, tmp_path)
+    section = text.split("### Failed, malformed and incomplete points")[1].split("\n## ")[0]
+    for pid, kind in spec.expected["failed"].items():
+        line = next(line for line in section.splitlines() if f"`{pid}`" in line)
+        assert "**failed**" in line and kind in line and spec.point(pid).failure["error"] in line
+    for pid in spec.expected["malformed"]:
+        assert any(f"`{pid}` **malformed**" in line and "malformed:" in line for line in section.splitlines())
+    for pid in spec.expected["incomplete"]:
+        assert f"`{pid}` **incomplete**" in section
+    ok_winners = {w for w in result.regime_winners.values() if w}
+    assert ok_winners <= spec.expected["ok"]
+    assert "malformed line(s) skipped" in text
+
+
+def test_simulated_results_carry_a_banner(tmp_path: Path) -> None:
+    _, text = decide(simulated_set(), tmp_path)
+    assert text.splitlines()[2].startswith("> **SIMULATED RESULTS.**")
+    assert "### Simulated results" in text
+
+
+def test_nearest_cell_is_used_and_said_and_platform_mismatch_reported(tmp_path: Path) -> None:
+    spec = nearest_cell_set()
+    result, text = decide(spec, tmp_path)
+    for name in ("latency", "throughput", "long_context"):
+        context, concurrency = spec.expected[f"{name}_cell"]
+        assert f"- {name}: configured cell" in text
+        assert f"used the nearest available, context {context}, C={concurrency}" in text
+    figures = spec.true_figures("decode_tok_s", *spec.expected["latency_cell"])
+    assert result.regime("latency").winner == best(figures)
+    assert "The points do not share one platform" in text
+    assert "NVLink" in text
+
+
+def test_configured_regimes_priorities_and_reproduce_command(tmp_path: Path) -> None:
+    spec = drafter_bound_set()
+    spec.config["analysis"] = {
+        "regimes": [{"name": "fast_start", "metric": "ttft_p50_s", "context": 4096, "concurrency": 1},
+                    {"name": "latency", "metric": "decode_tok_s", "context": 128, "concurrency": 1}],
+        "priorities": {"mostly_latency": {"latency": 0.9, "fast_start": 0.1}}, "spread_warning": 0.5}
+    spec.config["reproduce_command"] = "snakemake --cores 8 --configfile config/study.yaml"
+    result, text = decide(spec, tmp_path)
+    assert [o.resolved.regime.name for o in result.regimes] == ["fast_start", "latency"]
+    assert [p.name for p in result.priorities] == ["mostly_latency"]
+    assert "snakemake --cores 8 --configfile config/study.yaml" in text
+    assert "No regime figure has a 95% CI half-width above 50%" in text
+    assert "lower is better" in text or "lower-is-better" in text
+
+
+def test_empty_results_directory_still_writes_a_summary(tmp_path: Path) -> None:
+    (tmp_path / "results" / "points").mkdir(parents=True)
+    result = summarize(tmp_path / "results", tmp_path / "reports", None)
+    text = result.summary_path.read_text(encoding="utf-8")
+    assert "0 sweep points" in text
+    assert all(path.exists() for path in result.plots.values())
+    assert all(w is None for w in result.regime_winners.values())
+
+
+def test_render_markdown_is_deterministic(tmp_path: Path) -> None:
+    spec = budget_bound_set()
+    results = load_results(write_results(spec, tmp_path))
+    settings = Settings.from_config(spec.config)
+    assert render_markdown(analyse(results, settings)) == render_markdown(analyse(results, settings))

@@ -1,0 +1,71 @@
+"""The package's stages import only downward, and no real code path reaches the stand-in (`ddsweep.sim`)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "ddsweep"
+
+# What each top-level part of the package may import from ddsweep (besides itself). Keep in step with the
+# docstrings of each package's __init__.py.
+ALLOWED = {
+    "storage": set(),
+    "config": {"storage"},
+    "bench": {"storage", "config"},
+    "coding": {"storage", "config"},
+    "point": {"storage", "config", "bench", "coding"},
+    "analysis": {"storage", "config", "coding"},
+    "sim": {"storage", "config", "bench", "coding"},
+    "cli": set(),  # loads subcommand modules by name only (importlib), never by import statement
+    "__main__": {"cli"},
+    "__init__": set(),
+}
+
+
+def part_of(module: Path) -> str:
+    """`config` for src/ddsweep/config/study.py, `storage` for src/ddsweep/storage.py."""
+    relative = module.relative_to(PACKAGE)
+    return relative.parts[0] if len(relative.parts) > 1 else relative.stem
+
+
+def ddsweep_imports(module: Path) -> set[str]:
+    """The top-level ddsweep parts a module imports, at any depth of the file (lazy imports included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(module.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + ([f"{node.module}.{a.name}" for a in node.names] if node.module == "ddsweep"
+                                     else [])
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "ddsweep" and len(parts) > 1 and parts[1] != "__version__":
+                found.add(parts[1])
+    return found
+
+
+MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_module_imports_only_lower_stages(module: Path) -> None:
+    part = part_of(module)
+    assert part in ALLOWED, f"{module}: new top-level part {part!r}; add it to ALLOWED with its rule"
+    forbidden = ddsweep_imports(module) - ALLOWED[part] - {part}
+    assert not forbidden, f"{module.relative_to(PACKAGE)} ({part}) imports {sorted(forbidden)}"
+
+
+def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
+    module = tmp_path / "bad.py"
+    module.write_text("def f():\n    from ddsweep.sim import tokenizer\n    import ddsweep.analysis.plots\n")
+    assert ddsweep_imports(module) == {"sim", "analysis"}
+
+
+def test_every_package_states_its_rule() -> None:
+    for init in PACKAGE.glob("*/__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert "import" in doc, f"{init}: the docstring must say what the package may import"

@@ -1,0 +1,37 @@
+"""Benchmark prompts: length on target, distinct across requests, no long repeated passages."""
+
+from __future__ import annotations
+
+from ddsweep.bench import prompts
+from ddsweep.sim import tokenizer
+
+
+def test_lengths_within_tolerance() -> None:
+    for target in (64, 128, 1024, 4096):
+        text = prompts.build_prompt(target, sequence=target, count=tokenizer.count)
+        assert abs(tokenizer.count(text) - target) <= max(2, 0.03 * target), target
+
+
+def test_prompts_differ_and_are_deterministic() -> None:
+    texts = [prompts.build_prompt(128, sequence=i, count=tokenizer.count) for i in range(50)]
+    assert len(set(texts)) == 50
+    assert len({t[:60] for t in texts}) == 50  # different starts: no shared prefix for a prefix cache
+    assert prompts.build_prompt(128, sequence=3, count=tokenizer.count) == texts[3]
+    assert prompts.build_prompt(128, sequence=3, count=tokenizer.count, seed=1) != texts[3]
+
+
+def test_no_long_repeated_substrings() -> None:
+    text = prompts.build_prompt(4096, sequence=7, count=tokenizer.count)
+    window = 200
+    seen: set[str] = set()
+    for i in range(0, len(text) - window, 7):
+        piece = text[i:i + window]
+        assert piece not in seen
+        seen.add(piece)
+
+
+def test_corpus_is_prose_of_useful_size() -> None:
+    corpus = prompts.load_corpus()
+    assert 200_000 < len(corpus) < 500_000
+    words = corpus.split()
+    assert len(set(words)) > 10_000

@@ -1,0 +1,207 @@
+"""Configuration: schema and semantic validation, sweep expansion, point ids, plan."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ddsweep.config.study import (
+    ConfigError,
+    Point,
+    expand_points,
+    find_point,
+    format_plan,
+    load_config,
+    merge_config,
+    point_record,
+    validate_config,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def study() -> dict:
+    """The shipped study configuration, unvalidated."""
+    return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def demo() -> dict:
+    """The demo configuration merged over the study configuration, as Snakemake merges them."""
+    base = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    return merge_config(base, yaml.safe_load((ROOT / ".test" / "config.yaml").read_text()))
+
+
+def test_shipped_study_config_is_valid_and_expands_the_grid(study):
+    config = validate_config(study)
+    points = expand_points(config)
+    ids = [p.point_id for p in points]
+    assert ids[:2] == ["ar", "dflash-bs8-w2048"]
+    assert "bs8-b8-t4-w2048" in ids and "bs16-b16-t8-woff" in ids
+    # 4 budgets x 4 topk, less (budget 4, topk 8) removed by `topk <= budget`, x 2 block sizes x 2 windows,
+    # plus the two baselines.
+    assert len(points) == (4 * 4 - 1) * 2 * 2 + 2
+    assert len(set(ids)) == len(ids)
+
+
+def test_demo_config_is_valid_and_simulated(demo):
+    config = validate_config(demo)
+    assert config["simulated"] is True
+    ids = [p.point_id for p in expand_points(config)]
+    assert ids == ["ar", "dflash-bs8-w2048", "bs8-b4-t2-w2048", "bs8-b4-t4-w2048", "bs8-b8-t2-w2048",
+                   "bs8-b8-t4-w2048", "bs16-b8-t4-w2048", "bs8-b8-t4-woff"]
+
+
+def test_defaults_are_filled_in(study):
+    config = validate_config(study)
+    assert config["benchmark"]["request_rate"] is None
+    assert config["engine"]["env"] == {}
+    assert config["coding_eval"]["task_ids"] is None
+
+
+def test_constraints_filter_the_grid(study):
+    config = copy.deepcopy(study)
+    config["sweep"]["grid"] = {"budget": [2, 4], "topk": [1, 4], "block_size": [8], "window": [None]}
+    config["sweep"]["constraints"] = ["topk <= budget"]
+    ids = [p.point_id for p in expand_points(validate_config(config)) if p.kind == "ddtree"]
+    assert ids == ["bs8-b2-t1-woff", "bs8-b4-t1-woff", "bs8-b4-t4-woff"]
+
+
+@pytest.mark.parametrize(("point", "expected"), [
+    (Point("ddtree", "ddtree", 8, 4, 8, 2048), "bs8-b8-t4-w2048"),
+    (Point("ddtree", "ddtree", 12, 2, 16, None), "bs16-b12-t2-woff"),
+    (Point("ddtree_patched", "ddtree", 8, 4, 8, None), "ddtree_patched-bs8-b8-t4-woff"),
+    (Point("dflash", "dflash", block_size=8), "dflash-bs8"),
+    (Point("dflash", "dflash", block_size=16, window=2048), "dflash-bs16-w2048"),
+    (Point("ar", "ar"), "ar"),
+])
+def test_point_ids_are_stable_and_readable(point, expected):
+    assert point.point_id == expected
+
+
+def test_point_record_carries_knobs_and_preset(study):
+    config = validate_config(study)
+    record = point_record(config, find_point(config, "bs8-b8-t4-w2048"))
+    assert record["point"] == {"preset": "ddtree", "kind": "ddtree", "budget": 8, "topk": 4, "block_size": 8,
+                               "window": 2048}
+    assert record["preset"]["env"] == {"SGLANG_DDTREE_MAX_TOPK": "{topk}"}
+    assert record["simulated"] is False
+
+
+def test_find_point_names_known_points(study):
+    config = validate_config(study)
+    with pytest.raises(ConfigError, match="no point 'bs8-b99'.*known: ar"):
+        find_point(config, "bs8-b99")
+
+
+def test_plan_lists_points_count_and_estimate(study):
+    config = validate_config(study)
+    text = format_plan(config)
+    assert "62 points" in text
+    assert "bs16-b16-t8-woff" in text
+    # 10 min startup + 2 contexts x 4 concurrency x 3 repeats x 1.5 min + 15 min coding = 61 min per point.
+    assert "estimated 61 min per point" in text
+
+
+def test_load_config_merges_files_like_snakemake(tmp_path):
+    override = tmp_path / "override.yaml"
+    override.write_text("benchmark:\n  repeats: 5\n")
+    config = load_config(ROOT / "config" / "config.yaml", override)
+    assert config["benchmark"]["repeats"] == 5
+    assert config["benchmark"]["contexts"] == [128, 4096]
+
+
+def _set(config: dict, path: str, value) -> dict:
+    """Set a dotted key path (list indices as integers) in a copy of the configuration."""
+    config = copy.deepcopy(config)
+    *parents, last = path.split(".")
+    node = config
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node[part]
+    if value is _DELETE:
+        del node[last]
+    else:
+        node[int(last) if last.isdigit() else last] = value
+    return config
+
+
+_DELETE = object()
+
+# Each broken configuration: (key path, new value, text the error must contain — it names the key).
+BROKEN = [
+    ("benchmark.repeats", "three", "benchmark.repeats"),
+    ("benchmark.contexts", [], "benchmark.contexts"),
+    ("benchmark.concurrency", [0, 4], "benchmark.concurrency[0]"),
+    ("benchmark.max_failure_fraction", 1.5, "benchmark.max_failure_fraction"),
+    ("benchmark.typo_key", 3, "unknown key(s) 'typo_key'"),
+    ("surprise", {"a": 1}, "unknown key(s) 'surprise'"),
+    ("study", "has spaces", "study"),
+    ("target", _DELETE, "missing required key: 'target'"),
+    ("sweep.grid.budget", [0, 8], "sweep.grid.budget[0]"),
+    ("sweep.grid.topk", [-1], "sweep.grid.topk[0]"),
+    ("sweep.constraints", ["topk <= budget +"], "sweep.constraints[0]: not a valid expression"),
+    ("sweep.constraints", ["__import__('os')"], "sweep.constraints[0]: Call is not allowed"),
+    ("sweep.constraints", ["depth > 2"], "sweep.constraints[0]: unknown name 'depth'"),
+    ("sweep.preset", "nosuch", "sweep.grid.preset: unknown preset 'nosuch'"),
+    ("sweep.points", [{"preset": "ddtree", "budget": 8, "topk": 4, "block_size": 8, "window": 2048}],
+     "sweep.points[0]: duplicate point 'bs8-b8-t4-w2048'"),
+    ("sweep.points", [{"preset": "ddtree", "budget": 8, "block_size": 8}],
+     "sweep.points[0].topk: a point of kind ddtree needs"),
+    ("sweep.points", [{"preset": "ar", "budget": 8}], "sweep.points[0].budget: a point of kind ar has no budget"),
+    ("sweep.points", [{"preset": "dflash", "block_size": 16, "window": 8}], "sweep.points[0].window: window 8"),
+    ("engine.presets.ddtree.args", ["--port", "{port}", "--budget", "{budjet}"],
+     "engine.presets.ddtree.args[3]: unknown placeholder {budjet}"),
+    ("engine.presets.ar.args", ["--port", "{port}", "--x", "{budget}"],
+     "engine.presets.ar.args[3]: unknown placeholder {budget}"),
+    ("engine.presets.ddtree.args", ["--model-path", "{model_path}"], "must pass the port with {port}"),
+    ("engine.presets.ddtree.env", {"SGLANG_DDTREE_MAX_TOPK": "{topk"}, "engine.presets.ddtree.env.SGLANG_DDTREE"),
+    ("engine.presets.ddtree.kind", "eagle", "engine.presets.ddtree.kind"),
+    ("engine.launcher", [], "engine.launcher"),
+    ("engine.launcher", ["{interpreter}", "-m", "sglang.launch_server"], "engine.launcher[0]: unknown placeholder"),
+    ("engine.startup_timeout_s", 20000, "engine.startup_timeout_s: 20000 s does not fit inside resources.runtime_min"),
+    ("analysis.regimes", [{"name": "x", "metric": "decode_tok_s", "context": 128, "concurrency": 64}],
+     "analysis.regimes[0].concurrency: 64 is not in benchmark.concurrency"),
+    ("analysis.regimes", [{"name": "x", "metric": "speed", "context": 128, "concurrency": 1}],
+     "analysis.regimes[0].metric"),
+    ("analysis.priorities", {"fast": {"nosuch": 1.0}}, "analysis.priorities.fast.nosuch: no regime named"),
+    ("coding_eval.limit", 500, "coding_eval.limit: 500 exceeds the 164"),
+    ("coding_eval.retry_truncated_max_tokens", 100, "coding_eval.retry_truncated_max_tokens: 100 must be larger"),
+    ("coding_eval.task_ids", ["MBPP/1"], "coding_eval.task_ids[0]"),
+    ("baselines.dflash.preset", "nosuch", "baselines.dflash.preset: unknown preset 'nosuch'"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), BROKEN, ids=[b[0] + ":" + str(i) for i, b in enumerate(BROKEN)])
+def test_broken_configs_are_rejected_with_the_key_named(study, path, value, message):
+    broken = _set(study, path, value)
+    with pytest.raises(ConfigError) as error:
+        validate_config(broken)
+    assert message in str(error.value)
+
+
+def test_broken_yaml_file_names_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("study: [unclosed\n")
+    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+        load_config(bad)
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="configuration file not found: .*nope.yaml"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_grid_window_smaller_than_block_size_is_rejected_when_no_constraint_removes_it(study):
+    broken = _set(_set(study, "sweep.grid.window", [4]), "sweep.constraints", [])
+    with pytest.raises(ConfigError, match="sweep.grid.window: window 4 is smaller than block_size 8"):
+        validate_config(broken)
+
+
+def test_empty_sweep_is_rejected(study):
+    broken = _set(_set(study, "sweep.constraints", ["budget > 100"]), "baselines", {"ar": False, "dflash": None})
+    with pytest.raises(ConfigError, match="sweep expands to no points"):
+        validate_config(broken)

@@ -1,0 +1,195 @@
+"""One point's server lifecycle, through the same launcher code that starts a real server."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import demo_record
+
+from ddsweep.point.lifecycle import ManagedServer, find_free_port, owned_processes, render_server, verify_settings
+from ddsweep.point.run import PointFailed, run_point
+
+NO_CODING = {"coding_eval": {"enabled": False}}
+
+
+def _started(record: dict, tmp_path: Path, timeout_s: float = 20.0) -> ManagedServer:
+    """Start the record's server and wait for it (the caller stops it)."""
+    server = ManagedServer(render_server(record, find_free_port()), tmp_path / "server.log", shutdown_timeout_s=3)
+    server.start()
+    server.wait_until_healthy(timeout_s)
+    return server
+
+
+def test_render_server_fills_the_preset_template():
+    record = demo_record("bs8-b8-t4-w2048")
+    spec = render_server(record, 31234)
+    cmd = spec.command
+    assert cmd[:4] == [sys.executable, "-m", "ddsweep", "sim-server"]
+    assert cmd[cmd.index("--speculative-ddtree-budget") + 1] == "8"
+    assert cmd[cmd.index("--speculative-dflash-block-size") + 1] == "8"
+    assert cmd[cmd.index("--speculative-draft-window-size") + 1] == "2048"
+    assert cmd[cmd.index("--port") + 1] == "31234"
+    assert spec.env == {"SGLANG_DDTREE_MAX_TOPK": "4"}
+    assert spec.expected_server_args["speculative_ddtree_budget"] == 8
+    assert spec.url == "http://127.0.0.1:31234"
+
+
+def test_window_off_drops_the_window_flag_and_expects_none():
+    spec = render_server(demo_record("bs8-b8-t4-woff"), 31234)
+    assert "--speculative-draft-window-size" not in spec.command
+    assert spec.expected_server_args["speculative_draft_window_size"] is None
+
+
+def test_ar_point_has_no_speculative_flags():
+    spec = render_server(demo_record("ar"), 31234)
+    assert not [a for a in spec.command if a.startswith("--speculative")]
+    assert spec.expected_server_args == {"speculative_algorithm": None}
+
+
+def test_server_starts_verifies_and_stops_with_its_whole_tree(tmp_path):
+    record = demo_record("bs8-b8-t4-w2048", sim_args=["--sim-fault", "spawn-child"])
+    server = _started(record, tmp_path)
+    try:
+        info = server.server_info()
+        assert info["server_args"]["speculative_ddtree_budget"] == 8
+        verification = verify_settings(server.spec, info, server.log_path.read_text())
+        assert verification["ok"], verification
+        assert len(owned_processes(server.owner_token)) >= 2  # the server and the child it spawned
+    finally:
+        server.stop()
+    assert owned_processes(server.owner_token) == []
+    assert server.exited() is not None
+
+
+def test_server_ignoring_sigterm_is_killed(tmp_path):
+    record = demo_record("ar", sim_args=["--sim-fault", "ignore-sigterm"])
+    server = _started(record, tmp_path)
+    started = time.monotonic()
+    killed = server.stop()
+    assert time.monotonic() - started < 10
+    assert killed, "the server ignored SIGTERM, so it must have been killed"
+    assert owned_processes(server.owner_token) == []
+
+
+def test_ignored_knob_fails_verification(tmp_path):
+    record = demo_record("bs8-b8-t4-w2048", sim_args=["--sim-fault", "ignore-knob:budget"])
+    server = _started(record, tmp_path)
+    try:
+        verification = verify_settings(server.spec, server.server_info(), server.log_path.read_text())
+    finally:
+        server.stop()
+    failed = [c for c in verification["checks"] if not c["ok"]]
+    assert [c["key"] for c in failed] == ["speculative_ddtree_budget"]
+    assert failed[0]["expected"] == 8
+
+
+def test_log_pattern_is_checked(tmp_path):
+    record = demo_record("bs8-b8-t4-w2048")
+    spec = render_server(record, 1)
+    spec.log_patterns = [r"max_topk=4\b", r"max_topk=7\b"]
+    result = verify_settings(spec, {"server_args": {}}, "DDTree config: budget=8 max_topk=4 block_size=8")
+    assert [c["ok"] for c in result["checks"] if c["source"] == "log"] == [True, False]
+
+
+def test_server_exiting_during_startup_fails_within_seconds_with_log_tail(tmp_path):
+    record = demo_record("ar", sim_args=["--sim-fault", "exit-during-startup"], **NO_CODING)
+    started = time.monotonic()
+    with pytest.raises(PointFailed) as error:
+        run_point(record, tmp_path / "ar")
+    assert time.monotonic() - started < 15
+    assert error.value.kind == "startup_exit"
+    assert "exited with code" in str(error.value) and "last log lines" in str(error.value)
+    failure = json.loads((tmp_path / "ar" / "failure.json").read_text())
+    assert failure["error_kind"] == "startup_exit" and failure["status"] == "failed"
+    assert not (tmp_path / "ar" / "status.json").exists()
+
+
+def test_server_never_healthy_hits_the_startup_timeout(tmp_path):
+    record = demo_record("ar", sim_args=["--sim-fault", "never-healthy"], engine={"startup_timeout_s": 3},
+                         **NO_CODING)
+    started = time.monotonic()
+    with pytest.raises(PointFailed) as error:
+        run_point(record, tmp_path / "ar")
+    assert 3 <= time.monotonic() - started < 15
+    assert error.value.kind == "startup_timeout"
+    point = json.loads((tmp_path / "ar" / "point.json").read_text())
+    assert owned_processes_of_port(point["port"]) == []
+
+
+def owned_processes_of_port(port: int) -> list[int]:
+    """Pids of stand-in servers still running with this port on their command line."""
+    out = subprocess.run(["pgrep", "-f", f"sim-server.*--port {port}"], capture_output=True, text=True, check=False)
+    return [int(p) for p in out.stdout.split()]
+
+
+def test_launcher_missing_fails_at_once_with_a_hint(tmp_path):
+    record = demo_record("ar", **NO_CODING)
+    record["engine"]["launcher"] = ["/nonexistent/python", "-m", "sglang.launch_server"]
+    with pytest.raises(PointFailed, match="launcher '/nonexistent/python'.*demo"):
+        run_point(record, tmp_path / "ar")
+
+
+def test_real_server_without_sglang_or_gpu_fails_at_once_with_a_hint(tmp_path):
+    record = demo_record("ar", **NO_CODING)
+    record["simulated"] = False
+    record["engine"]["launcher"] = [sys.executable, "-m", "sglang.launch_server"]
+    if importlib.util.find_spec("sglang") is None:
+        missing = "SGLang is not installed"
+    elif shutil.which("nvidia-smi") is None:
+        missing = "no NVIDIA GPU found"
+    else:
+        pytest.skip("this machine has SGLang and a GPU")
+    started = time.monotonic()
+    with pytest.raises(PointFailed, match=f"{missing}.*snakemake --cores all --configfile .test"):
+        run_point(record, tmp_path / "ar")
+    assert time.monotonic() - started < 10
+    assert not (tmp_path / "ar" / "server.log").exists(), "no server may be started"
+
+
+def test_verification_failure_fails_the_point_and_keeps_the_records(tmp_path):
+    record = demo_record("bs8-b8-t4-w2048", sim_args=["--sim-fault", "ignore-knob:window"], **NO_CODING)
+    with pytest.raises(PointFailed) as error:
+        run_point(record, tmp_path / "p")
+    assert error.value.kind == "verify"
+    assert "speculative_draft_window_size: expected 2048" in str(error.value)
+    assert json.loads((tmp_path / "p" / "verification.json").read_text())["ok"] is False
+    assert (tmp_path / "p" / "server_info.json").exists()
+
+
+def test_sigterm_to_run_point_stops_the_server_and_leaves_the_point_incomplete(tmp_path):
+    out = tmp_path / "p"
+    record = demo_record("ar", sim_args=["--sim-startup-delay", "30"], **NO_CODING)
+    proc = subprocess.Popen([sys.executable, "-m", "ddsweep", "run-point", "--record", json.dumps(record),
+                             "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not (out / "point.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    port = json.loads((out / "point.json").read_text())["port"]
+    assert owned_processes_of_port(port), "the server should be starting"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 143
+    assert owned_processes_of_port(port) == []
+    failure = json.loads((out / "failure.json").read_text())
+    assert failure["error_kind"] == "interrupted"
+    assert not (out / "status.json").exists()
+
+
+def test_rerun_archives_the_previous_attempt(tmp_path):
+    out = tmp_path / "p"
+    out.mkdir()
+    (out / "failure.json").write_text("{}")
+    record = demo_record("ar", sim_args=["--sim-fault", "exit-during-startup"], **NO_CODING)
+    with pytest.raises(PointFailed):
+        run_point(record, out)
+    attempts = list((out / "attempts").iterdir())
+    assert len(attempts) == 1 and (attempts[0] / "failure.json").read_text() == "{}"
+

@@ -1,0 +1,192 @@
+"""The Slurm profile for real: the demo through snakemake-executor-plugin-slurm on the single-node test cluster
+that .ci/slurm-up.sh starts (GPUs there are generic resources backed by dummy devices)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import copy_workflow, demo_config, venv_env
+
+from ddsweep.config.study import expand_points
+
+
+def _slurm_answers() -> bool:
+    """Whether a Slurm controller answers `sinfo` on this machine."""
+    if shutil.which("sinfo") is None:
+        return False
+    try:
+        done = subprocess.run(["sinfo", "--noheader", "--format=%T"], capture_output=True, text=True, timeout=15,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0 and bool(done.stdout.strip())
+
+
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.slow,
+    pytest.mark.skipif(not _slurm_answers(), reason="no Slurm controller answers `sinfo` here; start the test "
+                       "cluster with `bash .ci/slurm-up.sh` (as root)"),
+]
+
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: (\S+)\)")
+NO_CODING = {"coding_eval": {"enabled": False}}
+
+
+def snakemake(workdir: Path, *configfiles: str, targets: tuple[str, ...] = (), timeout: float = 900,
+              ) -> subprocess.CompletedProcess:
+    """Run `snakemake --cores all --profile slurm` in the working copy, as a user types it from the root."""
+    command = [str(SNAKEMAKE), *targets, "--cores", "all", "--profile", "slurm",
+               "--slurm-init-seconds-before-status-checks", "2", "--configfile", ".test/config.yaml", *configfiles]
+    return subprocess.run(command, cwd=workdir, env=venv_env(), capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def submitted_points(output: str) -> list[str]:
+    """The point of every sbatch submission Snakemake reported (its Slurm log lives under rule_run_point/POINT/)."""
+    points = []
+    for _, log in SUBMITTED.findall(output):
+        parts = Path(log).parts
+        assert parts[-3] == "rule_run_point", f"a job other than run_point went to Slurm: {log}"
+        points.append(parts[-2])
+    return points
+
+
+def write_config(workdir: Path, name: str, data: dict) -> str:
+    """Write an extra configuration file into the working copy; returns its name for --configfile."""
+    (workdir / name).write_text(yaml.safe_dump(data))
+    return name
+
+
+def _output(done: subprocess.CompletedProcess) -> str:
+    return done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The whole demo workflow, run once through the Slurm executor in a working copy."""
+    workdir = copy_workflow(tmp_path_factory.mktemp("slurm-demo"))
+    return workdir, snakemake(workdir)
+
+
+def test_the_demo_runs_end_to_end_through_slurm(demo_run):
+    workdir, done = demo_run
+    assert done.returncode == 0, _output(done)[-3000:]
+    points = [p.point_id for p in expand_points(demo_config())]
+    assert len(points) == 8
+    assert sorted(submitted_points(_output(done))) == sorted(points)
+    for point in points:
+        environment = json.loads((workdir / "results/points" / point / "environment.json").read_text())
+        assert environment["slurm"]["job_id"], point
+        assert (workdir / "results/points" / point / "status.json").exists()
+    assert sorted(p.name for p in (workdir / "results/preflight").iterdir()) == ["ar.json", "ddtree.json",
+                                                                               "dflash.json"]
+    assert (workdir / "reports/optimization_summary.md").exists()
+    assert (workdir / "reports/bundle.json").exists()
+
+
+def test_a_rerun_without_changes_submits_nothing(demo_run):
+    workdir, first = demo_run
+    assert first.returncode == 0
+    done = snakemake(workdir)
+    assert done.returncode == 0, _output(done)[-3000:]
+    assert submitted_points(_output(done)) == []
+    assert "Nothing to be done" in _output(done)
+
+
+def test_a_config_change_to_one_point_submits_only_that_point(demo_run):
+    workdir, first = demo_run
+    assert first.returncode == 0
+    demo = yaml.safe_load((workdir / ".test/config.yaml").read_text())
+    points = demo["sweep"]["points"]
+    changed = next(p for p in points if p["window"] is None)
+    changed["window"] = 1024
+    extra = write_config(workdir, "one-point.yaml", {"sweep": {"points": points}})
+    done = snakemake(workdir, extra)
+    assert done.returncode == 0, _output(done)[-3000:]
+    assert submitted_points(_output(done)) == ["bs8-b8-t4-w1024"]
+    logs = workdir / ".snakemake/slurm_logs/rule_run_point"
+    assert len(list((logs / "bs8-b8-t4-w1024").glob("*.log"))) == 1
+    assert all(len(list(d.glob("*.log"))) == 1 for d in logs.iterdir())
+
+
+def test_a_point_requesting_gpus_gets_them_from_slurm(tmp_path):
+    workdir = copy_workflow(tmp_path)
+    extra = write_config(workdir, "gpus.yaml", {"resources": {"gpus": 2}, **NO_CODING})
+    done = snakemake(workdir, extra, targets=("results/points/ar/status.json",))
+    assert done.returncode == 0, _output(done)[-3000:]
+    assert submitted_points(_output(done)) == ["ar"]
+    environment = json.loads((workdir / "results/points/ar/environment.json").read_text())
+    assert environment["cuda_visible_devices"] == "0,1"
+    assert environment["slurm"]["gpus_on_node"] == "2"
+
+
+def _marked_processes(marker: str) -> list[int]:
+    """Pids whose environment carries the marker (the server of the test's point and its children)."""
+    needle = marker.encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def _wait_for(condition, timeout_s: float, what: str):
+    """Poll until condition() is truthy; returns its value or fails naming what was awaited."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def test_a_cancelled_point_leaves_no_server_and_is_rerun(tmp_path):
+    workdir = copy_workflow(tmp_path)
+    marker = f"DDSWEEP_SLURM_TEST={uuid.uuid4().hex}"
+    name, value = marker.split("=")
+    demo = yaml.safe_load((workdir / ".test/config.yaml").read_text())
+    launcher = list(demo["engine"]["launcher"])
+    launcher[launcher.index("--sim-startup-delay") + 1] = "30"
+    marked = write_config(workdir, "marked.yaml", {"engine": {"env": {name: value}}, **NO_CODING})
+    slow = write_config(workdir, "slow.yaml", {"engine": {"launcher": launcher}})
+    command = [str(SNAKEMAKE), "results/points/ar/status.json", "--cores", "all", "--profile", "slurm",
+               "--slurm-init-seconds-before-status-checks", "2", "--configfile", ".test/config.yaml", marked, slow]
+    with open(tmp_path / "cancelled.log", "w") as log:
+        run = subprocess.Popen(command, cwd=workdir, env=venv_env(), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            _wait_for(lambda: _marked_processes(marker), 120, "the point's server to start under Slurm")
+            logs = workdir / ".snakemake/slurm_logs/rule_run_point/ar"
+            job_id = _wait_for(lambda: [p.stem for p in logs.glob("*.log")], 10, "the Slurm log")[0]
+            subprocess.run(["scancel", job_id], check=True, timeout=30)
+            _wait_for(lambda: not _marked_processes(marker), 25, "the server to stop after scancel")
+            assert run.wait(timeout=180) != 0
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    point = workdir / "results/points/ar"
+    assert not (point / "status.json").exists()
+    failure = json.loads((point / "failure.json").read_text())
+    assert failure["error_kind"] == "interrupted", failure
+    assert "SIGTERM" in failure["error"]
+    done = snakemake(workdir, marked, targets=("results/points/ar/status.json",))
+    assert done.returncode == 0, _output(done)[-3000:]
+    assert submitted_points(_output(done)) == ["ar"]
+    assert (point / "status.json").exists()
+    assert not _marked_processes(marker)

@@ -1,0 +1,175 @@
+"""The Snakemake workflow end to end with real Snakemake: the demo study, reruns after a change, bad configs."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW_FILES = ("Snakefile", "workflow", "config", ".test", "envs")
+
+
+def _copy_workflow(target: Path) -> Path:
+    """A copy of the workflow in a scratch directory, so tests never touch the developer's results/."""
+    target.mkdir(parents=True, exist_ok=True)
+    for name in WORKFLOW_FILES:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, target / name, symlinks=False)
+        else:
+            shutil.copy2(source, target / name)
+    return target
+
+
+def snakemake(workdir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run Snakemake in `workdir` with this interpreter's environment on PATH."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def scheduled_jobs(output: str) -> dict[str, int]:
+    """Rule -> job count from Snakemake's 'Job stats' table."""
+    match = re.search(r"Job stats:\n.*?\n-+\s+-+\n(.*?)\ntotal", output, re.DOTALL)
+    assert match, output[-3000:]
+    return {rule: int(count) for rule, count in (line.split() for line in match.group(1).strip().splitlines())}
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory) -> Path:
+    """The demo study run once, end to end, through real Snakemake against the stand-in server."""
+    workdir = _copy_workflow(tmp_path_factory.mktemp("demo"))
+    result = snakemake(workdir, "--cores", "2", "--configfile", ".test/config.yaml")
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert "optimization summary in reports/optimization_summary.md" in result.stdout + result.stderr
+    return workdir
+
+
+@pytest.mark.slow
+def test_demo_produces_a_simulated_summary_tables_plots_and_a_bundle(demo_run):
+    summary = (demo_run / "reports" / "optimization_summary.md").read_text()
+    assert "SIMULATED" in summary
+    assert "## Best point per regime" in summary
+    points = list(csv.DictReader((demo_run / "results" / "tables" / "points.csv").open()))
+    assert {p["point_id"] for p in points} >= {"ar", "dflash-bs8-w2048", "bs8-b8-t4-w2048", "bs16-b8-t4-w2048"}
+    assert all(p["status"] == "ok" and p["simulated"] == "True" for p in points)
+    for plot in ("throughput_vs_concurrency", "pareto", "heatmap_latency"):
+        assert (demo_run / "reports" / "plots" / f"{plot}.png").stat().st_size > 10_000
+    bundle = yaml.safe_load((demo_run / "reports" / "bundle.json").read_text())["bundle"]
+    verify = subprocess.run([sys.executable, "-m", "ddsweep", "bundle", "verify", str(demo_run / bundle)],
+                            capture_output=True, text=True, check=False)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+@pytest.mark.slow
+def test_every_point_records_verification_environment_and_measurements(demo_run):
+    point = demo_run / "results" / "points" / "bs8-b8-t4-w2048"
+    for name in ("point.json", "server.log", "server_info.json", "verification.json", "environment.json",
+                 "bench/cells.json", "bench/requests.jsonl", "coding/problems.jsonl", "coding/summary.json"):
+        assert (point / name).exists(), name
+    verification = yaml.safe_load((point / "verification.json").read_text())
+    assert verification["ok"] and len(verification["checks"]) == 4
+    environment = yaml.safe_load((point / "environment.json").read_text())
+    assert environment["simulated"] is True and environment["hostname"]
+
+
+@pytest.mark.slow
+def test_nothing_to_do_after_a_complete_run(demo_run):
+    result = snakemake(demo_run, "-n", "--cores", "2", "--configfile", ".test/config.yaml")
+    assert result.returncode == 0
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_changing_one_points_topk_reruns_only_that_point_and_the_aggregates(demo_run):
+    config = yaml.safe_load((demo_run / ".test" / "config.yaml").read_text())
+    changed = next(p for p in config["sweep"]["points"] if p["block_size"] == 16)
+    changed["topk"] = 2
+    (demo_run / "changed.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(demo_run, "-n", "--cores", "2", "--configfile", "changed.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = scheduled_jobs(result.stdout + result.stderr)
+    assert jobs == {"run_point": 1, "study_config": 1, "summarize": 1, "bundle": 1, "all": 1}
+    assert "results/points/bs16-b8-t2-w2048/status.json" in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_changing_the_benchmark_matrix_reruns_every_point(demo_run):
+    config = yaml.safe_load((demo_run / ".test" / "config.yaml").read_text())
+    config["benchmark"]["repeats"] = 2
+    (demo_run / "changed.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(demo_run, "-n", "--cores", "2", "--configfile", "changed.yaml")
+    assert scheduled_jobs(result.stdout + result.stderr)["run_point"] == 8
+
+
+def test_bad_config_stops_before_any_job_with_the_key_named(tmp_path):
+    workdir = _copy_workflow(tmp_path / "wf")
+    config = yaml.safe_load((workdir / ".test" / "config.yaml").read_text())
+    config["sweep"]["points"].append({"preset": "ddtree", "budget": 8, "topk": 4, "block_size": 16, "window": 8})
+    (workdir / "bad.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(workdir, "--cores", "1", "--configfile", "bad.yaml")
+    assert result.returncode != 0
+    assert "sweep.points[2].window: window 8 is smaller than block_size 16" in result.stdout + result.stderr
+    assert not (workdir / "results").exists()
+
+
+def test_unknown_key_stops_before_any_job(tmp_path):
+    workdir = _copy_workflow(tmp_path / "wf")
+    (workdir / "bad.yaml").write_text("benchmark:\n  repeat: 3\n")
+    result = snakemake(workdir, "-n", "--cores", "1", "--configfile", ".test/config.yaml", "bad.yaml")
+    assert result.returncode != 0
+    assert "benchmark: unknown key(s) 'repeat'" in result.stdout + result.stderr
+
+
+def test_workflow_lints_clean():
+    result = snakemake(ROOT, "--lint", "--configfile", ".test/config.yaml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "good condition" in result.stdout + result.stderr
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.mark.slow
+def test_html_report_opens_in_a_browser_shows_every_plot_and_has_no_broken_links(demo_run, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra")
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    result = snakemake(demo_run, "--report", "reports/report.zip", "--configfile", ".test/config.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    shutil.unpack_archive(demo_run / "reports" / "report.zip", tmp_path)
+    page_path = tmp_path / "report" / "report.html"
+    html = page_path.read_text()
+    referenced = set(re.findall(r"data/raw/[0-9a-f]+/[\w.]+", html))
+    assert len(referenced) == 8  # seven plots and the summary
+    assert all((page_path.parent / ref).is_file() for ref in referenced)
+    failures: list[str] = []
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        page = browser.new_page()
+        page.on("requestfailed", lambda request: failures.append(request.url))
+        page.on("response", lambda response: response.status >= 400 and failures.append(response.url))
+        page.goto(page_path.as_uri())
+        page.wait_for_load_state("networkidle")
+        assert "Summary" in page.inner_text("body")
+        page.get_by_text("Plots", exact=True).click()
+        shown = {}
+        for plot in ("throughput_vs_concurrency", "decode_speed_by_point", "acceptance_vs_budget",
+                     "heatmap_latency", "heatmap_throughput", "pareto", "coding"):
+            page.locator("tr", has_text=f"{plot}.png").locator("a[iconname=eye]").click()
+            image = page.locator(f"img[src$='/{plot}.png']")
+            image.wait_for(timeout=10_000)
+            shown[plot] = image.evaluate("img => img.complete ? img.naturalWidth : 0")
+        browser.close()
+    assert all(width > 300 for width in shown.values()), shown
+    assert failures == []

@@ -19,9 +19,9 @@ include: "workflow/rules/aggregate.smk"
 
 
 rule all:
+    default_target: True
     input:
         final_outputs(),
-    default_target: True
 
 
 onsuccess:

@@ -119,8 +119,8 @@ def compile_expression(expression: str, where: str, names: tuple[str, ...] = KNO
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             if not (isinstance(node.func, ast.Name) and node.func.id in functions and not node.keywords):
-                allowed = ", ".join(functions) or "no function calls"
-                raise ExpressionError(f"{where}: only {allowed} may be called in {expression!r}")
+                allowed = f"only {', '.join(functions)} may be called" if functions else "no function calls"
+                raise ExpressionError(f"{where}: Call is not allowed in {expression!r} ({allowed})")
             continue
         if not isinstance(node, _ALLOWED_NODES):
             raise ExpressionError(f"{where}: {type(node).__name__} is not allowed in {expression!r}; use "

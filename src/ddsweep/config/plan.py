@@ -137,7 +137,7 @@ def format_plan(config: dict) -> str:
     for kind in dict.fromkeys(p.point.kind for p in planned):
         members = [p for p in planned if p.point.kind == kind]
         distinct = len({p.group for p in members})
-        lines.append(f"  {kind}: {len(members)} points, {distinct} distinct server configurations")
+        lines.append(f"  {kind}: {len(members)} point(s), {distinct} distinct server configuration(s)")
     if groups:
         lines.append("alias groups (same preset, same effective tree, same other knobs):")
         lines += [f"  {g['representative']}: {', '.join(g['members'])}" for g in groups]

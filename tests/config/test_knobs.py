@@ -18,7 +18,7 @@ from ddsweep.config.knobs import (
     server_preset,
     unverified_knobs,
 )
-from ddsweep.config.study import ConfigError, validate_config
+from ddsweep.config.study import ConfigError, unverified_swept_knobs, validate_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,3 +147,14 @@ def test_validation_fills_nested_defaults_when_a_section_is_absent(study):
     assert validated["resources"]["estimate"]["startup_min"] == schema_default("resources.estimate.startup_min")
     assert validated["coding_eval"]["enabled"] is schema_default("coding_eval.enabled")
     assert validated["sweep"]["run_aliases"] is False
+
+
+def test_validation_warns_when_a_swept_knob_has_no_verification(study):
+    warnings = unverified_swept_knobs(validate_config(study))
+    assert len(warnings) == 1 and warnings[0].startswith("engine.presets.ddtree: knob topk is swept (1, 2, 4, 8)")
+    config = copy.deepcopy(study)
+    config["engine"]["presets"]["ddtree"]["verify"]["log_patterns"] = ["max_topk={topk}"]
+    assert unverified_swept_knobs(validate_config(config)) == []
+    config = copy.deepcopy(study)
+    config["sweep"]["grid"]["topk"] = [4]
+    assert unverified_swept_knobs(validate_config(config)) == []

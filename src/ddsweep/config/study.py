@@ -27,6 +27,7 @@ from ddsweep.config.knobs import (
     evaluate,
     placeholders,
     server_preset,
+    unverified_knobs,
 )
 from ddsweep.storage import write_text_atomic
 
@@ -370,6 +371,20 @@ def config_from_args(args: argparse.Namespace) -> dict:
     return load_config(*args.config)
 
 
+def unverified_swept_knobs(config: dict) -> list[str]:
+    """Warnings for knobs that take several values among a preset's points while no verify entry checks them."""
+    warnings = []
+    points = expand_points(config)
+    for name, preset in config["engine"]["presets"].items():
+        members = [p for p in points if p.preset == name]
+        for knob in unverified_knobs(preset):
+            values = sorted({getattr(p, knob) for p in members}, key=lambda v: (v is None, v or 0))
+            if len(values) > 1:
+                warnings.append(f"engine.presets.{name}: knob {knob} is swept ({', '.join(map(str, values))}) but "
+                                "no verify entry checks it; add a verify.log_patterns entry if the engine logs it")
+    return warnings
+
+
 def _run_validate(args: argparse.Namespace) -> int:
     """`ddsweep validate`: check the configuration, say so, and optionally write it out with defaults filled."""
     try:
@@ -379,6 +394,8 @@ def _run_validate(args: argparse.Namespace) -> int:
         return 2
     if args.write:
         write_text_atomic(args.write, yaml.safe_dump(config, sort_keys=False))
+    for warning in unverified_swept_knobs(config):
+        print(f"ddsweep validate: warning: {warning}", file=sys.stderr)
     print(f"configuration OK: study {config['study']!r}, {len(expand_points(config))} points")
     return 0
 

@@ -19,21 +19,20 @@ KINDS = ("ddtree", "dflash", "ar")
 
 @dataclass(frozen=True)
 class Knob:
-    """One sweep knob: its name, the kinds of point it applies to, and how ids and tables show it."""
+    """One sweep knob: its name, type, the kinds of point it applies to, and whether None is a value."""
 
     name: str
     kinds: tuple[str, ...]
-    id_prefix: str
     meaning: str
     optional: bool = False  # None is a value ("off"), not "missing"
     type: type = int
 
 
 REGISTRY: tuple[Knob, ...] = (
-    Knob("budget", ("ddtree",), "b", "node budget of the draft tree (verify width = budget + 1)"),
-    Knob("topk", ("ddtree",), "t", "branches per tree depth (a cap on the width under PR #29907)"),
-    Knob("block_size", ("ddtree", "dflash"), "bs", "tokens the drafter predicts in one forward pass"),
-    Knob("window", ("ddtree", "dflash"), "w", "sliding-window size of the drafter's KV cache (None: off)",
+    Knob("budget", ("ddtree",), "node budget of the draft tree (verify width = budget + 1)"),
+    Knob("topk", ("ddtree",), "branches per tree depth (a cap on the width under PR #29907)"),
+    Knob("block_size", ("ddtree", "dflash"), "tokens the drafter predicts in one forward pass"),
+    Knob("window", ("ddtree", "dflash"), "sliding-window size of the drafter's KV cache (None: off)",
          optional=True),
 )
 KNOBS: tuple[str, ...] = tuple(k.name for k in REGISTRY)

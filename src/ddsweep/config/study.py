@@ -17,6 +17,7 @@ import yaml
 
 from ddsweep.config.defaults import load_schema, schema_path
 from ddsweep.config.knobs import (
+    BY_NAME,
     KIND_KNOBS,
     KNOBS,
     SERVER_PLACEHOLDERS,
@@ -231,10 +232,11 @@ def _make_point(config: dict, spec: Mapping[str, Any], where: str) -> Point:
         if knob not in used and values[knob] is not None:
             raise ConfigError(f"{where}.{knob}: a point of kind {kind} has no {knob} (preset {preset_name!r})")
     for knob in used:
-        if knob != "window" and values[knob] is None:
+        if not BY_NAME[knob].optional and values[knob] is None:
             raise ConfigError(f"{where}.{knob}: a point of kind {kind} needs {knob}")
-        if values[knob] is not None and (not isinstance(values[knob], int) or values[knob] < 1):
-            raise ConfigError(f"{where}.{knob}: must be a positive integer, got {values[knob]!r}")
+        value = values[knob]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, BY_NAME[knob].type) or value < 1):
+            raise ConfigError(f"{where}.{knob}: must be a positive integer, got {value!r}")
     if values["window"] is not None and values["block_size"] is not None and values["window"] < values["block_size"]:
         raise ConfigError(f"{where}.window: window {values['window']} is smaller than block_size "
                           f"{values['block_size']}; the drafter's sliding window must hold a whole block "

@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from ddsweep.config.defaults import load_schema, schema_path
+from ddsweep.config.defaults import load_schema
 from ddsweep.config.knobs import (
     BY_NAME,
     KIND_KNOBS,
@@ -32,7 +32,6 @@ from ddsweep.config.knobs import (
 )
 from ddsweep.storage import write_text_atomic
 
-__all__ = ["KIND_KNOBS", "KNOBS", "schema_path"]
 CODING_PROBLEMS = 164
 DEMO_HINT = "to try the pipeline without a GPU, run the demo: snakemake --cores all --configfile .test/config.yaml"
 

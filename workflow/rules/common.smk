@@ -2,7 +2,8 @@ import json
 
 from snakemake.utils import validate
 
-from ddsweep.config.study import ConfigError, expand_points, point_record, validate_config
+from ddsweep.config.plan import running_points
+from ddsweep.config.study import ConfigError, point_record, validate_config
 
 
 # ddsweep's own check first: its messages name the key and the rule broken; the catalog-style schema
@@ -13,8 +14,10 @@ except ConfigError as error:
     raise WorkflowError(f"bad configuration: {error}") from None
 validate(config, schema="../schemas/config.schema.yaml")
 
-POINTS = {point.point_id: point for point in expand_points(STUDY)}
-RESOURCES = STUDY.get("resources", {})
+# Only the points that run: of points with the same server configuration, the representative (aliases are
+# recorded in results/plan.json), unless sweep.run_aliases is true.
+POINTS = {point.point_id: point for point in running_points(STUDY)}
+RESOURCES = STUDY["resources"]
 
 PLOTS = [
     "throughput_vs_concurrency",
@@ -33,7 +36,7 @@ wildcard_constraints:
 
 
 def point_status_files():
-    """The completion marker of every point in this configuration."""
+    """The completion marker of every point that runs in this configuration."""
     return expand("results/points/{point}/status.json", point=list(POINTS))
 
 
@@ -49,7 +52,7 @@ def knob(name):
 
 def slurm_gpu_request():
     """The generic-resource GPU request for one point job."""
-    gpus = RESOURCES.get("gpus", 8)
+    gpus = RESOURCES["gpus"]
     return f"gpu:{gpus}" if gpus else ""
 
 

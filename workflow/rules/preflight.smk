@@ -5,6 +5,8 @@
 # preflight nor the other points. Every run_point job needs the preflight result of its preset.
 import os
 
+from ddsweep.config.knobs import server_preset
+
 
 localrules:
     preflight,
@@ -32,10 +34,10 @@ rule preflight:
         definition=lambda wildcards: json.dumps(
             {
                 "engine": {k: v for k, v in STUDY["engine"].items() if k != "presets"},
-                "preset": STUDY["engine"]["presets"][wildcards.preset],
+                "preset": server_preset(STUDY["engine"]["presets"][wildcards.preset]),
                 "target": STUDY["target"],
                 "drafter": STUDY["drafter"],
-                "simulated": STUDY.get("simulated", False),
+                "simulated": STUDY["simulated"],
             },
             sort_keys=True,
         ),

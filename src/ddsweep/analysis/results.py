@@ -15,7 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-KNOBS: tuple[str, ...] = ("budget", "topk", "block_size", "window")
+from ddsweep.config.knobs import KNOBS
+
 GROUP_METRICS: tuple[str, ...] = (
     "output_throughput_tok_s",
     "decode_tok_s",
@@ -31,8 +32,11 @@ METRIC_LABELS: dict[str, str] = {
     "ttft_p50_s": "median time to first token (s)",
     "tpot_p50_s": "median time per output token (s)",
 }
+# The effective draft tree (from results/plan.json) beside the requested knobs, and the alias group.
+TREE_COLUMNS: tuple[str, ...] = ("tree_shape", "tree_width", "tree_depth_limit", "tree_nodes", "alias_group",
+                                 "alias_of")
 POINT_COLUMNS: tuple[str, ...] = (
-    "point_id", "kind", "preset", *KNOBS, "status", "error_kind", "simulated", "gpu_name", "gpu_count",
+    "point_id", "kind", "preset", *KNOBS, *TREE_COLUMNS, "status", "error_kind", "simulated", "gpu_name", "gpu_count",
     "interconnect", "engine_version", "git_commit", "hostname",
 )
 CELL_COLUMNS: tuple[str, ...] = (
@@ -96,6 +100,11 @@ class ResultSet:
     coding: pd.DataFrame
     coding_records: dict[str, list[dict[str, Any]]]
     coding_summaries: dict[str, dict[str, Any]]
+    plan: dict[str, dict[str, Any]] = field(default_factory=dict)  # point id -> its entry in plan.json
+
+    def aliases(self) -> list[dict[str, Any]]:
+        """Plan entries of points that did not run because another point is the same server configuration."""
+        return [entry for entry in self.plan.values() if entry.get("alias_of") and not entry.get("runs")]
 
     @property
     def simulated(self) -> bool:
@@ -117,7 +126,8 @@ class ResultSet:
             gpus = p.environment.get("gpus") if isinstance(p.environment.get("gpus"), list) else []
             engine = p.environment.get("engine") if isinstance(p.environment.get("engine"), dict) else {}
             rows.append({
-                "point_id": p.point_id, "kind": p.kind, "preset": p.preset, **p.knobs(), "status": p.status,
+                "point_id": p.point_id, "kind": p.kind, "preset": p.preset, **p.knobs(),
+                **_tree_columns(self.plan.get(p.point_id)), "status": p.status,
                 "error_kind": p.error_kind, "simulated": p.simulated,
                 "gpu_name": gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None,
                 "gpu_count": p.environment.get("gpu_count"),
@@ -126,7 +136,20 @@ class ResultSet:
                 "git_commit": p.environment.get("git_commit"),
                 "hostname": p.environment.get("hostname"),
             })
+        for entry in self.aliases():
+            rows.append({"point_id": entry["point_id"], "kind": entry.get("kind"), "preset": entry.get("preset"),
+                         **{k: (entry.get("knobs") or {}).get(k) for k in KNOBS}, **_tree_columns(entry),
+                         "status": "alias", "simulated": self.simulated})
         return _frame(rows, POINT_COLUMNS)
+
+
+def _tree_columns(entry: dict[str, Any] | None) -> dict[str, Any]:
+    """The effective-tree and alias-group columns of a plan.json entry (empty without a plan)."""
+    tree = entry.get("tree") if entry and isinstance(entry.get("tree"), dict) else {}
+    return {"tree_shape": tree.get("shape"), "tree_width": tree.get("width"),
+            "tree_depth_limit": tree.get("depth_limit"), "tree_nodes": tree.get("nodes"),
+            "alias_group": entry.get("alias_group") if entry else None,
+            "alias_of": entry.get("alias_of") if entry else None}
 
 
 def window_label(window: int | float | None) -> str:
@@ -156,7 +179,7 @@ def same_knob(a: Any, b: Any) -> bool:
 def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
     """Build a DataFrame with exactly `columns`, knob columns as nullable integers."""
     frame = pd.DataFrame(rows, columns=list(columns))
-    for knob in KNOBS:
+    for knob in (*KNOBS, "tree_width", "tree_depth_limit", "tree_nodes"):
         if knob in frame.columns:
             frame[knob] = pd.array(frame[knob].tolist(), dtype="Int64") if len(frame) else frame[knob]
     if "simulated" in frame.columns:
@@ -381,10 +404,14 @@ def load_results(results_dir: str | Path, point_ids: list[str] | None = None) ->
             coding_rows.extend(_coding_rows(record, problems))
         if coding_summary is not None:
             coding_summaries[record.point_id] = coding_summary
+    plan_issues: list[str] = []
+    plan = _read_json(results_dir / "plan.json", plan_issues, required=False)
+    plan_points = plan.get("points") if isinstance(plan, dict) and isinstance(plan.get("points"), list) else []
     return ResultSet(
         results_dir=results_dir, points=points, cells=_frame(cell_rows, CELL_COLUMNS),
         groups=_frame(group_rows, GROUP_COLUMNS), coding=_frame(coding_rows, CODING_COLUMNS),
         coding_records=coding_records, coding_summaries=coding_summaries,
+        plan={e["point_id"]: e for e in plan_points if isinstance(e, dict) and isinstance(e.get("point_id"), str)},
     )
 
 

@@ -16,6 +16,7 @@ import httpx
 from ddsweep.coding.extraction import extract_code
 from ddsweep.coding.humaneval import Problem, select_problems
 from ddsweep.coding.sandbox import Sandbox
+from ddsweep.config.defaults import schema_default
 from ddsweep.storage import write_json_atomic, write_jsonl_atomic
 
 INSTRUCTION = (
@@ -28,15 +29,15 @@ INSTRUCTION = (
 class CodingSettings:
     """What to evaluate and how: problem subset, token limits, concurrency and time limits."""
 
-    limit: int | None = None
-    task_ids: list[str] | None = None
-    max_tokens: int = 4096
-    retry_truncated_max_tokens: int | None = None
-    concurrency: int = 8
-    request_timeout_s: float = 1800.0
-    exec_timeout_s: float = 10.0
+    limit: int | None = schema_default("coding_eval.limit")
+    task_ids: list[str] | None = schema_default("coding_eval.task_ids")
+    max_tokens: int = schema_default("coding_eval.max_tokens")
+    retry_truncated_max_tokens: int | None = schema_default("coding_eval.retry_truncated_max_tokens")
+    concurrency: int = schema_default("coding_eval.concurrency")
+    request_timeout_s: float = schema_default("coding_eval.request_timeout_s")
+    exec_timeout_s: float = schema_default("coding_eval.exec_timeout_s")
     model: str | None = None
-    max_request_failure_fraction: float = 0.05
+    max_request_failure_fraction: float = schema_default("coding_eval.max_request_failure_fraction")
 
 
 class CodingEvalError(RuntimeError):
@@ -280,15 +281,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
     parser.add_argument("--out", required=True, help="directory for problems.jsonl and summary.json")
-    parser.add_argument("--limit", type=int, default=None, help="first N problems (default: all 164)")
+    parser.add_argument("--limit", type=int, default=CodingSettings.limit, help="first N problems (default: all 164)")
     parser.add_argument(
-        "--task-ids", type=_task_ids, default=None, help="comma-separated, e.g. HumanEval/0,HumanEval/5"
+        "--task-ids", type=_task_ids, default=CodingSettings.task_ids,
+        help="comma-separated, e.g. HumanEval/0,HumanEval/5",
     )
-    parser.add_argument("--max-tokens", type=int, default=4096)
-    parser.add_argument("--retry-max-tokens", type=int, default=None, help="re-ask truncated answers with this limit")
-    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight")
-    parser.add_argument("--timeout-s", type=float, default=1800.0, help="per-request timeout")
-    parser.add_argument("--exec-timeout-s", type=float, default=10.0, help="sandbox wall clock per problem")
+    parser.add_argument("--max-tokens", type=int, default=CodingSettings.max_tokens)
+    parser.add_argument("--retry-max-tokens", type=int, default=CodingSettings.retry_truncated_max_tokens,
+                        help="re-ask truncated answers with this limit")
+    parser.add_argument("--concurrency", type=int, default=CodingSettings.concurrency, help="requests in flight")
+    parser.add_argument("--timeout-s", type=float, default=CodingSettings.request_timeout_s,
+                        help="per-request timeout")
+    parser.add_argument("--exec-timeout-s", type=float, default=CodingSettings.exec_timeout_s,
+                        help="sandbox wall clock per problem")
     parser.add_argument("--model", default=None, help="model field (default: first id from /v1/models)")
     parser.add_argument("--simulated", action="store_true", help="label results as coming from the stand-in server")
     parser.set_defaults(func=main)

@@ -15,7 +15,7 @@ import httpx
 
 from ddsweep.coding.extraction import extract_code
 from ddsweep.coding.humaneval import Problem, select_problems
-from ddsweep.coding.sandbox import Sandbox
+from ddsweep.coding.sandbox import ISOLATION_CHOICES, IsolationError, Sandbox
 from ddsweep.storage import write_json_atomic, write_jsonl_atomic
 
 INSTRUCTION = (
@@ -37,6 +37,8 @@ class CodingSettings:
     exec_timeout_s: float = 10.0
     model: str | None = None
     max_request_failure_fraction: float = 0.05
+    isolation: str = "auto"
+    require_isolation: bool = True
 
 
 class CodingEvalError(RuntimeError):
@@ -140,7 +142,7 @@ def attempt(
     if extraction.code is None:
         passed, kind, error = False, "no_code", extraction.reason
     else:
-        result = sandbox.run(problem.test_program(extraction.code), timeout_s=settings.exec_timeout_s)
+        result = sandbox.run_problem(problem, extraction.code, timeout_s=settings.exec_timeout_s)
         passed = result.passed
         kind, error = (None, None) if passed else (result.status, result.error)
     if truncated and not passed:
@@ -187,7 +189,13 @@ def summarize(records: list[dict], settings: CodingSettings, simulated: bool, sa
         "max_tokens": settings.max_tokens,
         "retry_max_tokens": settings.retry_truncated_max_tokens,
         "pass_at_1_after_retry": after_retry,
-        "sandbox": {"isolation": sandbox.isolation, "guarantees": sandbox.guarantees},
+        "sandbox": {
+            "isolation": sandbox.isolation,
+            "requested": sandbox.requested,
+            "require_isolation": sandbox.require_isolation,
+            "probe": sandbox.probe,
+            "guarantees": sandbox.guarantees,
+        },
     }
 
 
@@ -201,7 +209,11 @@ def run_coding_eval(
     """Run the eval, write out_dir/problems.jsonl and out_dir/summary.json, and return the summary."""
     url = url.rstrip("/")
     problems = select_problems(settings.limit, settings.task_ids)
-    sandbox = Sandbox(timeout_s=settings.exec_timeout_s)
+    try:
+        sandbox = Sandbox(timeout_s=settings.exec_timeout_s, isolation=settings.isolation,
+                          require_isolation=settings.require_isolation)
+    except IsolationError as exc:
+        raise CodingEvalError(f"coding sandbox: {exc}") from exc
     lock = threading.Lock()
     done = [0]
 
@@ -220,7 +232,7 @@ def run_coding_eval(
         return record
 
     limits = httpx.Limits(max_connections=max(1, settings.concurrency))
-    with httpx.Client(timeout=settings.request_timeout_s, limits=limits) as client:
+    with sandbox, httpx.Client(timeout=settings.request_timeout_s, limits=limits) as client:
         model = resolve_model(client, url, settings.model)
         with ThreadPoolExecutor(max_workers=max(1, settings.concurrency)) as pool:
             records = list(pool.map(evaluate, problems))
@@ -251,6 +263,8 @@ def main(args: argparse.Namespace) -> int:
         request_timeout_s=args.timeout_s,
         exec_timeout_s=args.exec_timeout_s,
         model=args.model,
+        isolation=args.isolation,
+        require_isolation=not args.allow_weak_isolation,
     )
     try:
         summary = run_coding_eval(
@@ -290,5 +304,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="per-request timeout")
     parser.add_argument("--exec-timeout-s", type=float, default=10.0, help="sandbox wall clock per problem")
     parser.add_argument("--model", default=None, help="model field (default: first id from /v1/models)")
+    parser.add_argument("--isolation", default="auto", choices=ISOLATION_CHOICES,
+                        help="sandbox isolation mode (default: the strongest that works)")
+    parser.add_argument("--allow-weak-isolation", action="store_true",
+                        help="run in rlimits-only mode when no namespace isolation works (default: refuse)")
     parser.add_argument("--simulated", action="store_true", help="label results as coming from the stand-in server")
     parser.set_defaults(func=main)

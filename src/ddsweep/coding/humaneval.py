@@ -36,6 +36,10 @@ class Problem:
         """The complete reference implementation (prompt plus canonical body)."""
         return self.prompt + self.canonical_solution
 
+    def judge_program(self) -> str:
+        """The trusted code the judge runs: the prompt (its helpers, e.g. `poly`) and the tests (`check`)."""
+        return f"{self.prompt}\n    pass\n\n{self.test}\n"
+
     def test_program(self, code: str) -> str:
         """A program that defines `code` and then runs the problem's tests against the entry point."""
         return f"{code}\n\n{self.test}\n\ncheck({self.entry_point})\n"

@@ -247,7 +247,7 @@ def test_simulated_answers_are_realistic_and_deterministic() -> None:
     assert answers == [simulated_answer(build_messages(p), seed=7) for p in problems]
     assert all(a is not None and a.startswith("<think>") and "return None" in a.split("</think>")[0] for a in answers)
     programs = [extract_code(a, p).code for a, p in zip(answers, problems, strict=True)]
-    results = Sandbox().run_many([p.test_program(c) for p, c in zip(problems, programs, strict=True)])
+    results = Sandbox().run_many([p.sandbox_job(c) for p, c in zip(problems, programs, strict=True)])
     wrong = sum(not r.passed for r in results)
     assert 5 <= wrong <= 30
     lengths = sorted(len(a) for a in answers)

@@ -73,7 +73,7 @@ def test_extraction_shapes(name: str, response: str, expected: str | None, sandb
         assert extraction.reason
         return
     assert extraction.code is not None, extraction.reason
-    result = sandbox.run(PROBLEM.test_program(extraction.code))
+    result = sandbox.run_problem(PROBLEM, extraction.code)
     assert result.passed is (expected == "good"), (extraction.code, result.error)
 
 

@@ -423,7 +423,7 @@ class Sandbox:
 
     def run_problem(self, problem: object, code: str, timeout_s: float | None = None) -> SandboxResult:
         """Run `code` as the solution of a HumanEval problem (its prompt is the judge's trusted context)."""
-        return self.run(code, problem.judge_program(), problem.entry_point, timeout_s)
+        return self.run(*problem.sandbox_job(code), timeout_s=timeout_s)
 
     def run_many(self, jobs: Sequence[tuple[str, str, str]]) -> list[SandboxResult]:
         """Run many (program, test, entry_point) jobs in parallel on all slots; results in input order."""

@@ -138,7 +138,7 @@ def attempt(
         message = f"{type(exc).__name__}: {exc}".strip()
         return Attempt(False, "request", message[:500], None, False, None, max_tokens, "", None, None)
     truncated = completion.finish_reason == "length"
-    extraction = extract_code(completion.content, problem)
+    extraction = extract_code(completion.content, problem, completion.finish_reason, completion.reasoning is not None)
     if extraction.code is None:
         passed, kind, error = False, "no_code", extraction.reason
     else:

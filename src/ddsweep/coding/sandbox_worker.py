@@ -159,6 +159,7 @@ def candidate_main(job: dict, fds: list, config: dict) -> None:
     """C: run the model's program, then answer calls to the entry point over fd 3 (never returns)."""
     try:
         become(config["cand_uid"], config["limits"], fds)
+        prctl(PR_SET_DUMPABLE, 1)  # a changed uid made it non-dumpable: give it its own /proc files back
         os.dup2(4, 1)
         os.dup2(5, 2)
         os.close(4)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import secrets
 import socket
 import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -545,3 +547,79 @@ def test_two_sandboxes_in_separate_processes_do_not_disturb_each_other() -> None
              for _ in range(2)]
     outputs = [proc.communicate(timeout=300)[0].strip() for proc in procs]
     assert outputs == ["40", "40"]
+
+
+VENV_SCRIPT = """
+import json
+from ddsweep.coding.sandbox import IsolationError, Sandbox
+out = {}
+for require in (True, False):
+    try:
+        with Sandbox(timeout_s=10, workers=1, require_isolation=require) as box:
+            result = box.run("def f():\\n    return 41 + 1\\n", "def check(c):\\n    assert c() == 42\\n", "f")
+            out[str(require)] = [box.isolation, result.status, box.probe]
+    except IsolationError as exc:
+        out[str(require)] = ["refused", str(exc)]
+print(json.dumps(out))
+"""
+TOOLS = ("sh", "mount", "umount", "mkdir", "rmdir", "setpriv")
+
+
+@pytest.fixture(scope="module")
+def clone_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's package and a --copies venv under /tmp, inside a 0700 'home' directory."""
+    home = tmp_path_factory.mktemp("home")
+    clone = home / "ddsweep"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "src" / "ddsweep", clone / "src" / "ddsweep")
+    (clone / "pyproject.toml").write_text("[project]\nname = 'clone'\n")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--copies", str(clone / ".venv")], check=True)
+    home.chmod(0o700)
+    return clone
+
+
+def _run_clone(clone: Path, tmp_path: Path, tools: Sequence[str] | None) -> dict:
+    """Run VENV_SCRIPT with the clone's venv and a PATH holding only `tools` (None: the full PATH)."""
+    path = os.environ["PATH"]
+    if tools is not None:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        for tool in tools:
+            if shutil.which(tool):
+                (bin_dir / tool).symlink_to(shutil.which(tool))
+        path = str(bin_dir)
+    env = {"PATH": path, "PYTHONPATH": str(clone / "src"), "HOME": str(clone.parent)}
+    proc = subprocess.run([str(clone / ".venv" / "bin" / "python"), "-c", VENV_SCRIPT], env=env, cwd=clone,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_default_is_bubblewrap_for_a_clone_and_venv_under_tmp(clone_in_tmp: Path, tmp_path: Path) -> None:
+    """A project and venv under /tmp in a 0700 directory: with bwrap on PATH the default mode is bubblewrap."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed here (CI installs it)")
+    out = _run_clone(clone_in_tmp, tmp_path, None)
+    assert out["True"][:2] == ["bubblewrap", "passed"], out
+
+
+def test_without_bwrap_unshare_is_next(clone_in_tmp: Path, tmp_path: Path) -> None:
+    """Without bwrap on PATH, auto falls to unshare where that works, and otherwise refuses by default."""
+    out = _run_clone(clone_in_tmp, tmp_path, (*TOOLS, "unshare"))
+    probe = out["False"][2]
+    assert "bwrap not found on PATH" in probe["bubblewrap"]
+    if probe.get("unshare") == "works":
+        assert out["True"][:2] == ["unshare", "passed"], out
+    else:
+        assert out["True"][0] == "refused", out
+
+
+def test_without_namespace_tools_the_eval_refuses_unless_weak_mode_allowed(clone_in_tmp: Path,
+                                                                             tmp_path: Path) -> None:
+    """Neither bwrap nor unshare: the default refuses with what is missing and how to allow the weak mode;
+    with require_isolation=False the weak mode runs and still judges correctly."""
+    out = _run_clone(clone_in_tmp, tmp_path, TOOLS)
+    refused, message = out["True"]
+    assert refused == "refused"
+    assert "bwrap not found" in message and "unshare not found" in message
+    assert "coding_eval.require_isolation: false" in message
+    assert out["False"][:2] == ["rlimits-only", "passed"], out

@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import secrets
+import shutil
 import socket
 import stat
 import subprocess
@@ -472,7 +472,8 @@ FORGERIES: list[tuple[str, str, tuple[str, ...]]] = [
         "write_other_processes_fds",
         "import os\nfor pid in os.listdir('/proc'):\n    if not pid.isdigit() or int(pid) == os.getpid():\n"
         "        continue\n    try:\n        fds = os.listdir(f'/proc/{pid}/fd')\n    except OSError:\n"
-        "        continue\n    for fd in fds:\n        try:\n            with open(f'/proc/{pid}/fd/{fd}', 'wb') as h:\n"
+        "        continue\n    for fd in fds:\n        try:\n"
+        "            with open(f'/proc/{pid}/fd/{fd}', 'wb') as h:\n"
         "                h.write(b'{\"kind\": \"passed\", \"error\": null}')\n        except OSError:\n"
         "            pass",
         ("assertion", "exception"),

@@ -212,7 +212,7 @@ class _Worker:
 
     def __init__(self, argv: list[str], env: dict[str, str], config: dict) -> None:
         """Start the worker, send its configuration and wait until it is ready."""
-        self.stderr = tempfile.TemporaryFile()
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the worker; closed in kill())
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
                                      env=env, cwd="/", start_new_session=True, close_fds=True)
         try:

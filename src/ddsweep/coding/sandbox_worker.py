@@ -17,6 +17,7 @@ The only way to get "passed" is that the tests, run by J, complete against C's a
 """
 
 import builtins
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -31,10 +32,10 @@ import sys
 import tempfile
 import time
 
-PRELOAD = (
-    "array bisect collections copy dataclasses decimal fractions functools hashlib heapq itertools math "
-    "operator random re statistics string typing datetime"
-).split()
+PRELOAD = [
+    "array", "bisect", "collections", "copy", "dataclasses", "datetime", "decimal", "fractions", "functools",
+    "hashlib", "heapq", "itertools", "math", "operator", "random", "re", "statistics", "string", "typing",
+]
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _HEADER = struct.Struct(">I")
@@ -134,10 +135,8 @@ def become(uid, limits: dict, keep: list) -> None:
     os.closerange(0, 100)
     for fd in range(100, max(high, default=99) + 1):
         if fd not in high:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
     os.closerange(max(high, default=99) + 1, 65536)
     null = os.open(os.devnull, os.O_RDWR)
     for std in (1, 2):
@@ -165,8 +164,8 @@ def candidate_main(job: dict, fds: list, config: dict) -> None:
         os.close(4)
         os.close(5)
         os.chdir(job["workdir"])
-        sys.stdout = open(1, "w", buffering=1, closefd=False)
-        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 (the program's own stream)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         serve(job["program"], job["entry_point"])
     except BaseException as exc:
         os.write(2, f"sandbox candidate set-up failed: {type(exc).__name__}: {exc}\n".encode())
@@ -177,10 +176,8 @@ def candidate_main(job: dict, fds: list, config: dict) -> None:
 def _flush() -> None:
     """Flush the candidate's output streams, ignoring whatever the program did to them."""
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(BaseException):
             stream.flush()
-        except BaseException:
-            pass
 
 
 def serve(program: str, entry_point: str) -> None:
@@ -289,15 +286,11 @@ def kill_descendants(first: int, seconds: float = 5.0):
     """Kill `first`, its process group and every process that reparents to this subreaper; returns the wait
     status of `first`. Without other children left the /proc scan is skipped (the common case)."""
     for kill in (os.killpg, os.kill):
-        try:
+        with contextlib.suppress(OSError):
             kill(first, signal.SIGKILL)
-        except OSError:
-            pass
     status = None
-    try:
+    with contextlib.suppress(ChildProcessError):
         status = os.waitpid(first, 0)[1]
-    except ChildProcessError:
-        pass
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         try:
@@ -306,10 +299,8 @@ def kill_descendants(first: int, seconds: float = 5.0):
         except ChildProcessError:
             return status
         for pid in children_of(os.getpid()):
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         time.sleep(0.001)
     return status
 
@@ -402,14 +393,12 @@ def run_job(job: dict, cand: socket.socket, judge_ctrl: socket.socket, limits: d
     recv_with_fds(judge_ctrl)
     for fd in (out_r, err_r):
         os.set_blocking(fd, False)
-        try:
+        with contextlib.suppress((BlockingIOError, OSError)):
             while (chunk := os.read(fd, 65536)):
                 totals[fd] += len(chunk)
                 room = cap - len(captured[fd])
                 if room > 0:
                     captured[fd] += chunk[:room]
-        except (BlockingIOError, OSError):
-            pass
     for fd in (out_r, err_r, verdict_r):
         os.close(fd)
     try:
@@ -433,15 +422,11 @@ def sweep(keep: set) -> None:
     if os.getpid() == 1:
         for name in os.listdir("/proc"):
             if name.isdigit() and int(name) not in keep:
-                try:
+                with contextlib.suppress(OSError):
                     os.kill(int(name), signal.SIGKILL)
-                except OSError:
-                    pass
-    try:
+    with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0]:
             pass
-    except ChildProcessError:
-        pass
 
 
 def main() -> None:

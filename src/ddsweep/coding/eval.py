@@ -15,6 +15,7 @@ import httpx
 
 from ddsweep.coding.extraction import extract_code
 from ddsweep.coding.humaneval import Problem, select_problems
+from ddsweep.coding.lossless import compare_outputs
 from ddsweep.coding.sandbox import ISOLATION_CHOICES, IsolationError, Sandbox
 from ddsweep.storage import write_json_atomic, write_jsonl_atomic
 
@@ -39,6 +40,7 @@ class CodingSettings:
     max_request_failure_fraction: float = 0.05
     isolation: str = "auto"
     require_isolation: bool = True
+    repeat_answers: bool = False  # set by the point runner for `ar`: ask everything twice (the ar-vs-ar floor)
 
 
 class CodingEvalError(RuntimeError):
@@ -236,8 +238,18 @@ def run_coding_eval(
         model = resolve_model(client, url, settings.model)
         with ThreadPoolExecutor(max_workers=max(1, settings.concurrency)) as pool:
             records = list(pool.map(evaluate, problems))
+            repeat = None
+            if settings.repeat_answers:
+                repeat = [{"task_id": p.task_id, **asdict(a), "retry": None, "simulated": simulated}
+                          for p, a in zip(problems, pool.map(
+                              lambda p: attempt(client, url, model, p, settings.max_tokens, settings, sandbox),
+                              problems), strict=True)]
     out_dir = Path(out_dir)
     summary = summarize(records, settings, simulated, sandbox)
+    if repeat is not None:
+        agreement = compare_outputs(records, repeat)
+        summary["repeat"] = {k: agreement[k] for k in ("compared", "exact_match", "exact_match_rate")}
+        write_jsonl_atomic(out_dir / "problems_repeat.jsonl", repeat)
     write_jsonl_atomic(out_dir / "problems.jsonl", records)
     write_json_atomic(out_dir / "summary.json", summary)
     failed = [r for r in records if r["error_kind"] == "request"]

@@ -563,7 +563,7 @@ for require in (True, False):
         out[str(require)] = ["refused", str(exc)]
 print(json.dumps(out))
 """
-TOOLS = ("sh", "mount", "umount", "mkdir", "rmdir", "setpriv")
+TOOLS = ("sh", "mount", "umount", "mkdir", "mktemp", "rmdir", "setpriv")
 
 
 @pytest.fixture(scope="module")

@@ -167,17 +167,18 @@ def build_command(isolation: str, python_argv: list[str], hidden_paths: Sequence
         argv += ["--as-pid-1", "--die-with-parent", "--chdir", "/tmp", "--setenv", "TMPDIR", "/tmp", "--"]
         return argv + python_argv
     if isolation == "unshare":
-        stage = "/dev/shm/ddsweep-stage-$$"
-        steps = [f"mkdir -p {stage}"]
+        stage = '"$stage"'
+        steps = ["stage=$(mktemp -d /dev/shm/ddsweep-stage-XXXXXX)"]
         for index, path in enumerate(rebinds):
-            steps.append(f"mkdir -p {stage}/{index} && mount --bind -o ro {shlex.quote(path)} {stage}/{index}")
+            steps.append(f"mkdir {stage}/{index} && mount --bind -o ro {shlex.quote(path)} {stage}/{index}")
         steps += [f"mount -t tmpfs -o size=64m,mode=1777 ddsweep-tmp {shlex.quote(p)}" for p in scratch]
         steps += [f"mount -t tmpfs -o size=1m,mode=755 ddsweep-hide {shlex.quote(p)}" for p in hidden_paths
                   if os.path.isdir(p)]
         for index, path in enumerate(rebinds):
             steps.append(f"mkdir -p {shlex.quote(path)} && mount --bind {stage}/{index} {shlex.quote(path)} && "
-                         f"umount {stage}/{index} && rmdir {stage}/{index}")
-        steps += [f"rmdir {stage}", "mount -t tmpfs -o size=64m,mode=1777 ddsweep-shm /dev/shm", "cd /tmp"]
+                         f"umount {stage}/{index}")
+        steps += [f"{{ rmdir {stage}/* {stage} 2>/dev/null || true; }}",
+                  "mount -t tmpfs -o size=64m,mode=1777 ddsweep-shm /dev/shm", "cd /tmp"]
         launch = "exec \"$@\"" if root else 'exec setpriv --inh-caps=-all --bounding-set=-all -- "$@"'
         script = " && ".join([*steps, launch])
         unshare = shutil.which("unshare") or "unshare"

@@ -608,7 +608,7 @@ def test_without_bwrap_unshare_is_next(clone_in_tmp: Path, tmp_path: Path) -> No
     out = _run_clone(clone_in_tmp, tmp_path, (*TOOLS, "unshare"))
     probe = out["False"][2]
     assert "bwrap not found on PATH" in probe["bubblewrap"]
-    if probe.get("unshare") == "works":
+    if os.geteuid() == 0 or probe.get("unshare") == "works":
         assert out["True"][:2] == ["unshare", "passed"], out
     else:
         assert out["True"][0] == "refused", out

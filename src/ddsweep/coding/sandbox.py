@@ -173,7 +173,7 @@ def build_command(isolation: str, python_argv: list[str], hidden_paths: Sequence
             steps.append(f"mkdir {stage}/{index} && mount --bind -o ro {shlex.quote(path)} {stage}/{index}")
         steps += [f"mount -t tmpfs -o size=64m,mode=1777 ddsweep-tmp {shlex.quote(p)}" for p in scratch]
         steps += [f"mount -t tmpfs -o size=1m,mode=755 ddsweep-hide {shlex.quote(p)}" for p in hidden_paths
-                  if os.path.isdir(p)]
+                  if os.path.isdir(p) and not _covered(p, scratch)]
         for index, path in enumerate(rebinds):
             steps.append(f"mkdir -p {shlex.quote(path)} && mount --bind {stage}/{index} {shlex.quote(path)} && "
                          f"umount {stage}/{index}")

@@ -19,15 +19,14 @@ from pathlib import Path
 import pytest
 
 from ddsweep.coding.humaneval import load_problems
+from ddsweep.coding.isolation import default_hidden_paths, project_root
 from ddsweep.coding.sandbox import (
     IsolationError,
     Sandbox,
     SandboxLimits,
     SandboxResult,
-    default_hidden_paths,
     detect_isolation,
     probe_isolation,
-    project_root,
 )
 
 PROBLEMS = load_problems()

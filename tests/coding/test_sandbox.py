@@ -623,3 +623,12 @@ def test_without_namespace_tools_the_eval_refuses_unless_weak_mode_allowed(clone
     assert "bwrap not found" in message and "unshare not found" in message
     assert "coding_eval.require_isolation: false" in message
     assert out["False"][:2] == ["rlimits-only", "passed"], out
+
+
+def test_a_worker_that_cannot_start_stops_the_run_with_the_reason() -> None:
+    """If the mode breaks after the probe (here: the interpreter vanished), run() raises IsolationError naming
+    the mode and the launcher's message instead of counting problems as failed."""
+    with Sandbox(timeout_s=5, workers=1) as box:
+        box.python = "/nonexistent/python3"
+        with pytest.raises(IsolationError, match=f"{box.isolation} mode stopped working: .*did not start"):
+            box.run("def f():\n    return 1\n", ONE, "f")

@@ -234,16 +234,19 @@ def run_coding_eval(
         return record
 
     limits = httpx.Limits(max_connections=max(1, settings.concurrency))
-    with sandbox, httpx.Client(timeout=settings.request_timeout_s, limits=limits) as client:
-        model = resolve_model(client, url, settings.model)
-        with ThreadPoolExecutor(max_workers=max(1, settings.concurrency)) as pool:
-            records = list(pool.map(evaluate, problems))
-            repeat = None
-            if settings.repeat_answers:
-                repeat = [{"task_id": p.task_id, **asdict(a), "retry": None, "simulated": simulated}
-                          for p, a in zip(problems, pool.map(
-                              lambda p: attempt(client, url, model, p, settings.max_tokens, settings, sandbox),
-                              problems), strict=True)]
+    try:
+        with sandbox, httpx.Client(timeout=settings.request_timeout_s, limits=limits) as client:
+            model = resolve_model(client, url, settings.model)
+            with ThreadPoolExecutor(max_workers=max(1, settings.concurrency)) as pool:
+                records = list(pool.map(evaluate, problems))
+                repeat = None
+                if settings.repeat_answers:
+                    answers = pool.map(
+                        lambda p: attempt(client, url, model, p, settings.max_tokens, settings, sandbox), problems)
+                    repeat = [{"task_id": p.task_id, **asdict(a), "retry": None, "simulated": simulated}
+                              for p, a in zip(problems, answers, strict=True)]
+    except IsolationError as exc:
+        raise CodingEvalError(f"coding sandbox: {exc}") from exc
     out_dir = Path(out_dir)
     summary = summarize(records, settings, simulated, sandbox)
     if repeat is not None:

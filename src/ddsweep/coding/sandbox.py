@@ -305,8 +305,13 @@ class Sandbox:
         leases = [acquire_uid(self.uid_base) for _ in range(2)] if self.drop_privileges else []
         uids = [uid for uid, _ in leases] or [None, None]
         config = self._config(*uids)
-        argv = build_command(self.isolation, [self.python, "-I", "-S", "-c", WORKER_SOURCE], self.hidden_paths,
-                             self.drop_privileges)
+        try:
+            argv = build_command(self.isolation, [self.python, "-I", "-S", "-c", WORKER_SOURCE], self.hidden_paths,
+                                 self.drop_privileges)
+        except (OSError, subprocess.SubprocessError) as exc:
+            for _, fd in leases:
+                os.close(fd)
+            raise WorkerError(f"the sandbox worker did not start ({type(exc).__name__}: {exc})") from exc
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": tempfile.gettempdir()
                if self.isolation == "rlimits-only" else "/tmp", "LANG": "C.UTF-8"}
         try:
@@ -325,7 +330,10 @@ class Sandbox:
         started = time.monotonic()
         try:
             if slot not in self._running:
-                self._running[slot] = self._spawner.submit(self._spawn).result()
+                try:
+                    self._running[slot] = self._spawner.submit(self._spawn).result()
+                except WorkerError as exc:
+                    raise IsolationError(f"{self.isolation} mode stopped working: {exc}") from exc
             try:
                 reply = self._running[slot][0].run(job)
             except (WorkerError, OSError, ValueError) as exc:

@@ -50,7 +50,7 @@ GROUP_COLUMNS: tuple[str, ...] = (
 )
 CODING_COLUMNS: tuple[str, ...] = (
     "point_id", "task_id", "passed", "error_kind", "finish_reason", "truncated", "completion_tokens",
-    "simulated",
+    "isolation", "simulated",
 )
 
 
@@ -362,13 +362,15 @@ def _cell_rows(record: PointRecord, cells: dict[str, Any]) -> tuple[list[dict], 
     return cell_rows, group_rows
 
 
-def _coding_rows(record: PointRecord, problems: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Turn coding problem records into tidy rows."""
+def _coding_rows(record: PointRecord, problems: list[dict[str, Any]], summary: dict | None) -> list[dict[str, Any]]:
+    """Turn coding problem records into tidy rows, with the sandbox isolation mode from the point's summary."""
+    sandbox = (summary or {}).get("sandbox")
+    isolation = sandbox.get("isolation") if isinstance(sandbox, dict) else None
     return [{
         "point_id": record.point_id, "task_id": p.get("task_id"), "passed": bool(p.get("passed")),
         "error_kind": p.get("error_kind"), "finish_reason": p.get("finish_reason"),
         "truncated": is_truncated(p), "completion_tokens": _int_or_none(p.get("completion_tokens")),
-        "simulated": record.simulated,
+        "isolation": isolation, "simulated": record.simulated,
     } for p in problems]
 
 
@@ -401,7 +403,7 @@ def load_results(results_dir: str | Path, point_ids: list[str] | None = None) ->
             group_rows.extend(groups_part)
         if problems:
             coding_records[record.point_id] = problems
-            coding_rows.extend(_coding_rows(record, problems))
+            coding_rows.extend(_coding_rows(record, problems, coding_summary))
         if coding_summary is not None:
             coding_summaries[record.point_id] = coding_summary
     plan_issues: list[str] = []

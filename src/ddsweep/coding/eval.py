@@ -15,7 +15,8 @@ import httpx
 
 from ddsweep.coding.extraction import extract_code
 from ddsweep.coding.humaneval import Problem, select_problems
-from ddsweep.coding.sandbox import Sandbox
+from ddsweep.coding.lossless import compare_outputs
+from ddsweep.coding.sandbox import ISOLATION_CHOICES, IsolationError, Sandbox
 from ddsweep.config.defaults import schema_default
 from ddsweep.storage import write_json_atomic, write_jsonl_atomic
 
@@ -38,6 +39,9 @@ class CodingSettings:
     exec_timeout_s: float = schema_default("coding_eval.exec_timeout_s")
     model: str | None = None
     max_request_failure_fraction: float = schema_default("coding_eval.max_request_failure_fraction")
+    isolation: str = schema_default("coding_eval.isolation")
+    require_isolation: bool = schema_default("coding_eval.require_isolation")
+    repeat_answers: bool = False  # set by the point runner for `ar`: ask everything twice (the ar-vs-ar floor)
 
 
 class CodingEvalError(RuntimeError):
@@ -137,11 +141,11 @@ def attempt(
         message = f"{type(exc).__name__}: {exc}".strip()
         return Attempt(False, "request", message[:500], None, False, None, max_tokens, "", None, None)
     truncated = completion.finish_reason == "length"
-    extraction = extract_code(completion.content, problem)
+    extraction = extract_code(completion.content, problem, completion.finish_reason, completion.reasoning is not None)
     if extraction.code is None:
         passed, kind, error = False, "no_code", extraction.reason
     else:
-        result = sandbox.run(problem.test_program(extraction.code), timeout_s=settings.exec_timeout_s)
+        result = sandbox.run_problem(problem, extraction.code, timeout_s=settings.exec_timeout_s)
         passed = result.passed
         kind, error = (None, None) if passed else (result.status, result.error)
     if truncated and not passed:
@@ -188,7 +192,13 @@ def summarize(records: list[dict], settings: CodingSettings, simulated: bool, sa
         "max_tokens": settings.max_tokens,
         "retry_max_tokens": settings.retry_truncated_max_tokens,
         "pass_at_1_after_retry": after_retry,
-        "sandbox": {"isolation": sandbox.isolation, "guarantees": sandbox.guarantees},
+        "sandbox": {
+            "isolation": sandbox.isolation,
+            "requested": sandbox.requested,
+            "require_isolation": sandbox.require_isolation,
+            "probe": sandbox.probe,
+            "guarantees": sandbox.guarantees,
+        },
     }
 
 
@@ -202,7 +212,11 @@ def run_coding_eval(
     """Run the eval, write out_dir/problems.jsonl and out_dir/summary.json, and return the summary."""
     url = url.rstrip("/")
     problems = select_problems(settings.limit, settings.task_ids)
-    sandbox = Sandbox(timeout_s=settings.exec_timeout_s)
+    try:
+        sandbox = Sandbox(timeout_s=settings.exec_timeout_s, isolation=settings.isolation,
+                          require_isolation=settings.require_isolation)
+    except IsolationError as exc:
+        raise CodingEvalError(f"coding sandbox: {exc}") from exc
     lock = threading.Lock()
     done = [0]
 
@@ -221,12 +235,25 @@ def run_coding_eval(
         return record
 
     limits = httpx.Limits(max_connections=max(1, settings.concurrency))
-    with httpx.Client(timeout=settings.request_timeout_s, limits=limits) as client:
-        model = resolve_model(client, url, settings.model)
-        with ThreadPoolExecutor(max_workers=max(1, settings.concurrency)) as pool:
-            records = list(pool.map(evaluate, problems))
+    try:
+        with sandbox, httpx.Client(timeout=settings.request_timeout_s, limits=limits) as client:
+            model = resolve_model(client, url, settings.model)
+            with ThreadPoolExecutor(max_workers=max(1, settings.concurrency)) as pool:
+                records = list(pool.map(evaluate, problems))
+                repeat = None
+                if settings.repeat_answers:
+                    answers = pool.map(
+                        lambda p: attempt(client, url, model, p, settings.max_tokens, settings, sandbox), problems)
+                    repeat = [{"task_id": p.task_id, **asdict(a), "retry": None, "simulated": simulated}
+                              for p, a in zip(problems, answers, strict=True)]
+    except IsolationError as exc:
+        raise CodingEvalError(f"coding sandbox: {exc}") from exc
     out_dir = Path(out_dir)
     summary = summarize(records, settings, simulated, sandbox)
+    if repeat is not None:
+        agreement = compare_outputs(records, repeat)
+        summary["repeat"] = {k: agreement[k] for k in ("compared", "exact_match", "exact_match_rate")}
+        write_jsonl_atomic(out_dir / "problems_repeat.jsonl", repeat)
     write_jsonl_atomic(out_dir / "problems.jsonl", records)
     write_json_atomic(out_dir / "summary.json", summary)
     failed = [r for r in records if r["error_kind"] == "request"]
@@ -252,6 +279,8 @@ def main(args: argparse.Namespace) -> int:
         request_timeout_s=args.timeout_s,
         exec_timeout_s=args.exec_timeout_s,
         model=args.model,
+        isolation=args.isolation,
+        require_isolation=not args.allow_weak_isolation,
     )
     try:
         summary = run_coding_eval(
@@ -295,5 +324,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--exec-timeout-s", type=float, default=CodingSettings.exec_timeout_s,
                         help="sandbox wall clock per problem")
     parser.add_argument("--model", default=None, help="model field (default: first id from /v1/models)")
+    parser.add_argument("--isolation", default=CodingSettings.isolation, choices=ISOLATION_CHOICES,
+                        help="sandbox isolation mode (default: the strongest that works)")
+    parser.add_argument("--allow-weak-isolation", action="store_true",
+                        help="run in rlimits-only mode when no namespace isolation works (default: refuse)")
     parser.add_argument("--simulated", action="store_true", help="label results as coming from the stand-in server")
     parser.set_defaults(func=main)

@@ -203,6 +203,8 @@ def _coding_eval(record: dict, server: ManagedServer, out_dir: Path, run: PointR
     coding = dict(record["coding_eval"])
     coding["model"] = record["target"].get("served_model_name")
     settings = CodingSettings(**{k: v for k, v in coding.items() if k in CodingSettings.__dataclass_fields__})
+    # `ar` asks every problem twice: the ar-vs-ar exact-match floor of the losslessness check.
+    settings.repeat_answers = bool(coding["ar_repeat"]) and record["preset"]["kind"] == "ar"
     try:
         run_coding_eval(server.spec.url, out_dir / "coding", settings, simulated=run.simulated, progress=progress)
     except CodingEvalError as exc:

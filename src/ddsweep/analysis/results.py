@@ -15,34 +15,50 @@ from typing import Any
 
 import pandas as pd
 
+from ddsweep.analysis.raw import figures_from_cells_document, figures_from_requests
+from ddsweep.analysis.statistics import Estimate, LogDifference, log_difference, mean_interval
+
 KNOBS: tuple[str, ...] = ("budget", "topk", "block_size", "window")
 GROUP_METRICS: tuple[str, ...] = (
     "output_throughput_tok_s",
     "decode_tok_s",
     "acceptance_length",
     "ttft_p50_s",
+    "ttft_p99_s",
     "tpot_p50_s",
+    "tpot_p99_s",
+    "requests_per_s",
 )
-LOWER_IS_BETTER: frozenset[str] = frozenset({"ttft_p50_s", "tpot_p50_s"})
+# The per-repeat cell column of each metric (the decode figure of a repeat is its median request).
+METRIC_COLUMNS: dict[str, str] = {m: ("decode_tok_s_median" if m == "decode_tok_s" else m) for m in GROUP_METRICS}
+LOWER_IS_BETTER: frozenset[str] = frozenset({"ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s"})
 METRIC_LABELS: dict[str, str] = {
     "decode_tok_s": "single-request decode speed (tok/s)",
     "output_throughput_tok_s": "aggregate output throughput (tok/s)",
     "acceptance_length": "mean acceptance length (tokens/verify step)",
     "ttft_p50_s": "median time to first token (s)",
+    "ttft_p99_s": "99th-percentile time to first token (s)",
     "tpot_p50_s": "median time per output token (s)",
+    "tpot_p99_s": "99th-percentile time per output token (s)",
+    "requests_per_s": "completed requests per second",
 }
 POINT_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", "preset", *KNOBS, "status", "error_kind", "simulated", "gpu_name", "gpu_count",
     "interconnect", "engine_version", "git_commit", "hostname",
 )
 CELL_COLUMNS: tuple[str, ...] = (
-    "point_id", "kind", *KNOBS, "context", "concurrency", "repeat", "completed", "failed",
-    "output_throughput_tok_s", "decode_tok_s_median", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s",
-    "itl_p50_s", "e2e_p50_s", "acceptance_length", "simulated",
+    "point_id", "kind", *KNOBS, "context", "concurrency", "repeat", "completed", "failed", "wall_s",
+    "output_throughput_tok_s", "requests_per_s", "decode_tok_s_median", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
+    "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "e2e_p50_s", "e2e_p99_s", "acceptance_length", "source",
+    "simulated",
 )
 GROUP_COLUMNS: tuple[str, ...] = (
-    "point_id", "kind", *KNOBS, "context", "concurrency", "metric", "median", "ci_low", "ci_high", "repeats",
-    "simulated",
+    "point_id", "kind", *KNOBS, "context", "concurrency", "metric", "mean", "ci_low", "ci_high", "repeats",
+    "confidence", "simulated",
+)
+REQUEST_COLUMNS: tuple[str, ...] = (
+    "point_id", "context", "concurrency", "repeat", "ok", "completion_tokens", "start_ts", "end_ts", "ttft_s",
+    "tpot_s", "e2e_s",
 )
 CODING_COLUMNS: tuple[str, ...] = (
     "point_id", "task_id", "passed", "error_kind", "finish_reason", "truncated", "completion_tokens",
@@ -96,6 +112,8 @@ class ResultSet:
     coding: pd.DataFrame
     coding_records: dict[str, list[dict[str, Any]]]
     coding_summaries: dict[str, dict[str, Any]]
+    requests: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(REQUEST_COLUMNS)))
+    confidence: float = 0.95
 
     @property
     def simulated(self) -> bool:
@@ -225,14 +243,9 @@ def _num(value: Any) -> float:
         return math.nan
 
 
-def _sub(record: dict[str, Any], key: str, sub: str) -> float:
-    """Return record[key][sub] as float, NaN when any level is missing."""
-    inner = record.get(key)
-    return _num(inner.get(sub)) if isinstance(inner, dict) else math.nan
-
-
-def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, list[dict], dict | None]:
-    """Read one point directory into its record, cells document, coding problems and coding summary."""
+def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, list[dict], list[dict], dict | None]:
+    """Read one point directory into its record, cells document, request records, coding problems and coding
+    summary."""
     record = PointRecord(point_id=directory.name)
     issues = record.issues
     simulated_flags: list[bool] = []
@@ -276,13 +289,18 @@ def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, li
     if isinstance(verification, dict) and "ok" in verification:
         record.verification_ok = bool(verification["ok"])
 
-    cells = _read_json(directory / "bench" / "cells.json", issues, required=record.status == "ok")
+    cells = _read_json(directory / "bench" / "cells.json", issues, required=False)
     if cells is not None and not isinstance(cells, dict):
         issues.append("bench/cells.json is not a JSON object")
         cells = None
     if isinstance(cells, dict):
         simulated_flags.append(bool(cells.get("simulated")))
 
+    requests = _read_jsonl(directory / "bench" / "requests.jsonl", issues)
+    measured = any(not r.get("warmup") for r in requests)
+    if record.status == "ok" and cells is None and not measured:
+        issues.append("bench/cells.json missing" if not (directory / "bench" / "cells.json").exists()
+                      else "bench/cells.json unusable and bench/requests.jsonl has no measured request")
     problems = _read_jsonl(directory / "coding" / "problems.jsonl", issues)
     coding_summary = _read_json(directory / "coding" / "summary.json", issues, required=False)
     if not isinstance(coding_summary, dict):
@@ -294,49 +312,45 @@ def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, li
     if not point_ok and record.status != "failed":
         record.status = "malformed"
         record.error = "; ".join(i for i in issues if i.startswith("point")) or "point.json unreadable"
-    elif record.status == "ok" and cells is None:
+    elif record.status == "ok" and cells is None and not measured:
         record.status = "malformed"
         record.error = "completed, but " + "; ".join(i for i in issues if "cells.json" in i)
     record.simulated = any(simulated_flags)
-    return record, cells, problems, coding_summary
+    return record, cells, requests, problems, coding_summary
 
 
-def _cell_rows(record: PointRecord, cells: dict[str, Any]) -> tuple[list[dict], list[dict]]:
-    """Turn a cells.json document into tidy cell rows and group rows."""
+def _cell_rows(record: PointRecord, cells: dict[str, Any] | None, requests: list[dict[str, Any]]
+               ) -> tuple[list[dict], list[dict]]:
+    """Per-repeat cell rows from the raw request records, else from cells.json's per-repeat cells; and the
+    measured request rows (for goodput)."""
     base = {"point_id": record.point_id, "kind": record.kind, **record.knobs(), "simulated": record.simulated}
-    cell_rows, group_rows = [], []
-    for cell in cells.get("cells") or []:
-        if not isinstance(cell, dict) or _int_or_none(cell.get("context")) is None:
+    cell_rows, request_rows = figures_from_requests(requests)
+    if not cell_rows and cells is not None:
+        cell_rows = figures_from_cells_document(cells)
+        if len(cell_rows) < len(cells.get("cells") or []):
             record.issues.append("bench/cells.json: a cell without a context was skipped")
-            continue
-        cell_rows.append({
-            **base, "context": _int_or_none(cell.get("context")),
-            "concurrency": _int_or_none(cell.get("concurrency")), "repeat": _int_or_none(cell.get("repeat")),
-            "completed": _int_or_none(cell.get("completed")), "failed": _int_or_none(cell.get("failed")),
-            "output_throughput_tok_s": _num(cell.get("output_throughput_tok_s")),
-            "decode_tok_s_median": _sub(cell, "decode_tok_s", "median"),
-            "ttft_p50_s": _sub(cell, "ttft_s", "p50"), "ttft_p90_s": _sub(cell, "ttft_s", "p90"),
-            "ttft_p99_s": _sub(cell, "ttft_s", "p99"), "tpot_p50_s": _sub(cell, "tpot_s", "p50"),
-            "itl_p50_s": _sub(cell, "itl_s", "p50"), "e2e_p50_s": _sub(cell, "e2e_s", "p50"),
-            "acceptance_length": _num(cell.get("acceptance_length")),
-        })
-    for group in cells.get("groups") or []:
-        if not isinstance(group, dict) or _int_or_none(group.get("context")) is None:
-            record.issues.append("bench/cells.json: a group without a context was skipped")
-            continue
-        for metric in GROUP_METRICS:
-            figure = group.get(metric)
-            if not isinstance(figure, dict) or math.isnan(_num(figure.get("median"))):
+    return ([{**base, **row} for row in cell_rows],
+            [{"point_id": record.point_id, **row} for row in request_rows])
+
+
+def group_table(cells: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Per point, cell and metric: the mean of the per-repeat figures with its Student-t interval."""
+    rows = []
+    if cells.empty:
+        return _frame(rows, GROUP_COLUMNS)
+    keys = ["point_id", "context", "concurrency"]
+    for (point_id, context, concurrency), members in cells.groupby(keys, sort=True, dropna=True):
+        first = members.iloc[0]
+        base = {"point_id": point_id, "kind": first["kind"], **{k: first[k] for k in KNOBS},
+                "context": int(context), "concurrency": int(concurrency), "simulated": bool(first["simulated"])}
+        for metric, column in METRIC_COLUMNS.items():
+            values = [float(v) for v in members[column] if not is_missing(v) and not math.isnan(float(v))]
+            if not values:
                 continue
-            median = _num(figure.get("median"))
-            low, high = _num(figure.get("ci_low")), _num(figure.get("ci_high"))
-            group_rows.append({
-                **base, "context": _int_or_none(group.get("context")),
-                "concurrency": _int_or_none(group.get("concurrency")), "metric": metric, "median": median,
-                "ci_low": median if math.isnan(low) else low, "ci_high": median if math.isnan(high) else high,
-                "repeats": _int_or_none(group.get("repeats")),
-            })
-    return cell_rows, group_rows
+            estimate = mean_interval(values, confidence)
+            rows.append({**base, "metric": metric, "mean": estimate.value, "ci_low": estimate.low,
+                         "ci_high": estimate.high, "repeats": estimate.n, "confidence": confidence})
+    return _frame(rows, GROUP_COLUMNS)
 
 
 def _coding_rows(record: PointRecord, problems: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -355,13 +369,15 @@ def is_truncated(problem: dict[str, Any]) -> bool:
         problem.get("finish_reason") == "length")
 
 
-def load_results(results_dir: str | Path, point_ids: list[str] | None = None) -> ResultSet:
+def load_results(results_dir: str | Path, point_ids: list[str] | None = None,
+                 confidence: float = 0.95) -> ResultSet:
     """Read the points under RESULTS_DIR/points (all, or only `point_ids`) into a ResultSet; never raises on a
-    bad point. Directories of points no longer in the study are left out, so an old run cannot leak in."""
+    bad point. Directories of points no longer in the study are left out, so an old run cannot leak in.
+    Intervals of the groups table are at `confidence`."""
     results_dir = Path(results_dir)
     points: list[PointRecord] = []
     cell_rows: list[dict] = []
-    group_rows: list[dict] = []
+    request_rows: list[dict] = []
     coding_rows: list[dict] = []
     coding_records: dict[str, list[dict]] = {}
     coding_summaries: dict[str, dict] = {}
@@ -370,21 +386,22 @@ def load_results(results_dir: str | Path, point_ids: list[str] | None = None) ->
     if point_ids is not None:
         directories = [d for d in directories if d.name in set(point_ids)]
     for directory in directories:
-        record, cells, problems, coding_summary = _load_point(directory)
+        record, cells, requests, problems, coding_summary = _load_point(directory)
         points.append(record)
-        if cells is not None:
-            cells_part, groups_part = _cell_rows(record, cells)
-            cell_rows.extend(cells_part)
-            group_rows.extend(groups_part)
+        cells_part, requests_part = _cell_rows(record, cells, requests)
+        cell_rows.extend(cells_part)
+        request_rows.extend(requests_part)
         if problems:
             coding_records[record.point_id] = problems
             coding_rows.extend(_coding_rows(record, problems))
         if coding_summary is not None:
             coding_summaries[record.point_id] = coding_summary
+    cells_frame = _frame(cell_rows, CELL_COLUMNS)
     return ResultSet(
-        results_dir=results_dir, points=points, cells=_frame(cell_rows, CELL_COLUMNS),
-        groups=_frame(group_rows, GROUP_COLUMNS), coding=_frame(coding_rows, CODING_COLUMNS),
-        coding_records=coding_records, coding_summaries=coding_summaries,
+        results_dir=results_dir, points=points, cells=cells_frame, groups=group_table(cells_frame, confidence),
+        coding=_frame(coding_rows, CODING_COLUMNS), coding_records=coding_records,
+        coding_summaries=coding_summaries, requests=pd.DataFrame(request_rows, columns=list(REQUEST_COLUMNS)),
+        confidence=confidence,
     )
 
 
@@ -416,6 +433,7 @@ class ResolvedRegime:
     concurrency: int | None
     note: str | None
     table: pd.DataFrame
+    repeats: dict[str, dict[int, float]] = field(default_factory=dict)
 
     def cell(self) -> str:
         """The cell used, e.g. 'context 128, C=1'."""
@@ -424,16 +442,45 @@ class ResolvedRegime:
         return f"context {self.context}, C={self.concurrency}"
 
     def figure(self, point_id: str) -> dict[str, float] | None:
-        """Return {median, ci_low, ci_high} of `point_id` in this regime, or None."""
+        """Return {mean, ci_low, ci_high, repeats} of `point_id` in this regime, or None."""
         rows = self.table[self.table["point_id"] == point_id]
         if rows.empty:
             return None
         row = rows.iloc[0]
-        return {"median": float(row["median"]), "ci_low": float(row["ci_low"]), "ci_high": float(row["ci_high"])}
+        return {"mean": float(row["mean"]), "ci_low": float(row["ci_low"]), "ci_high": float(row["ci_high"]),
+                "repeats": int(row["repeats"])}
+
+    def difference(self, point_id: str, other_id: str) -> LogDifference | None:
+        """Log ratio of `point_id` over `other_id` in the better direction (> 0: `point_id` is better)."""
+        a, b = self.repeats.get(point_id), self.repeats.get(other_id)
+        if not a or not b:
+            return None
+        diff = log_difference(b, a) if self.regime.lower_is_better else log_difference(a, b)
+        return diff
+
+    def speedup(self, point_id: str, other_id: str | None, level: float) -> Estimate | None:
+        """How many times better `point_id` is than `other_id` (> 1: better), with its interval."""
+        diff = self.difference(point_id, other_id) if other_id else None
+        return diff.ratio(level) if diff else None
 
 
-def resolve_regime(groups: pd.DataFrame, regime: Regime, point_ids: list[str] | None = None) -> ResolvedRegime:
+def repeat_values(cells: pd.DataFrame, metric: str, context: int, concurrency: int,
+                  point_ids: list[str] | None = None) -> dict[str, dict[int, float]]:
+    """Per point: repeat index -> the per-repeat figure of `metric` at one cell (missing values left out)."""
+    column = METRIC_COLUMNS[metric]
+    at = cells[(cells["context"] == context) & (cells["concurrency"] == concurrency)]
+    if point_ids is not None:
+        at = at[at["point_id"].isin(point_ids)]
+    out: dict[str, dict[int, float]] = {}
+    for pid, rep, value in zip(at["point_id"], at["repeat"], at[column], strict=True):
+        if not is_missing(value) and not math.isnan(float(value)):
+            out.setdefault(str(pid), {})[int(rep) if not is_missing(rep) else 0] = float(value)
+    return out
+
+
+def resolve_regime(results: ResultSet, regime: Regime, point_ids: list[str] | None = None) -> ResolvedRegime:
     """Select the regime's metric at its cell (or the nearest cell present) for each point in `point_ids`."""
+    groups = results.groups
     data = groups[groups["metric"] == regime.metric]
     if point_ids is not None:
         data = data[data["point_id"].isin(point_ids)]
@@ -452,15 +499,9 @@ def resolve_regime(groups: pd.DataFrame, regime: Regime, point_ids: list[str] | 
         note = (f"configured cell context {regime.context}, C={regime.concurrency} is not in the data; "
                 f"used the nearest available, context {context}, C={concurrency}")
     table = data[(data["context"] == context) & (data["concurrency"] == concurrency)]
-    table = table.sort_values("median", ascending=regime.lower_is_better).reset_index(drop=True)
-    return ResolvedRegime(regime, context, concurrency, note, table)
-
-
-def ratio_vs(value: float, reference: float, lower_is_better: bool) -> float | None:
-    """Speed-up of `value` over `reference` (> 1 means better), or None when undefined."""
-    if reference is None or value is None or reference <= 0 or value <= 0:
-        return None
-    return reference / value if lower_is_better else value / reference
+    table = table.sort_values(["mean", "point_id"], ascending=[regime.lower_is_better, True]).reset_index(drop=True)
+    repeats = repeat_values(results.cells, regime.metric, context, concurrency, list(table["point_id"]))
+    return ResolvedRegime(regime, context, concurrency, note, table, repeats)
 
 
 def ar_point_id(results: ResultSet) -> str | None:
@@ -535,13 +576,13 @@ def overview_table(results: ResultSet, regimes: list[ResolvedRegime], lossless: 
         for resolved in regimes:
             name = resolved.regime.name
             fig = resolved.figure(p.point_id)
-            ref = resolved.figure(ar_id) if ar_id else None
-            row[f"{name}_{resolved.regime.metric}"] = fig["median"] if fig else math.nan
+            row[f"{name}_{resolved.regime.metric}"] = fig["mean"] if fig else math.nan
             row[f"{name}_ci_low"] = fig["ci_low"] if fig else math.nan
             row[f"{name}_ci_high"] = fig["ci_high"] if fig else math.nan
-            speedup = ratio_vs(fig["median"], ref["median"], resolved.regime.lower_is_better) if (
-                fig and ref) else None
-            row[f"{name}_speedup_vs_ar"] = math.nan if speedup is None else speedup
+            speedup = resolved.speedup(p.point_id, ar_id, results.confidence) if fig else None
+            row[f"{name}_speedup_vs_ar"] = math.nan if speedup is None else speedup.value
+            row[f"{name}_speedup_ci_low"] = math.nan if speedup is None else speedup.low
+            row[f"{name}_speedup_ci_high"] = math.nan if speedup is None else speedup.high
         has_coding = p.point_id in coding.index
         row["pass_rate"] = coding.at[p.point_id, "pass_rate"] if has_coding else math.nan
         row["truncated_failures"] = coding.at[p.point_id, "truncated_failures"] if has_coding else math.nan

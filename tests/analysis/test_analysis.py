@@ -15,11 +15,9 @@ from ddsweep.analysis.results import (
     POINT_COLUMNS,
     Regime,
     load_results,
-    lossless_vs_ar,
-    overview_table,
     resolve_regime,
-    write_tables,
 )
+from ddsweep.analysis.tables import lossless_vs_ar, overview_table, write_tables
 from ddsweep.cli import main
 
 

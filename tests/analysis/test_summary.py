@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
 import math
+import sys
 from pathlib import Path
 
 import pytest

@@ -18,17 +18,9 @@ from typing import Any
 import pandas as pd
 
 from ddsweep.analysis.diagnosis import Confound, Diagnosis, confounds, diagnose
-from ddsweep.analysis.results import (
-    LosslessResult,
-    Regime,
-    ResolvedRegime,
-    ResultSet,
-    ar_point_id,
-    coding_stats,
-    lossless_vs_ar,
-    resolve_regime,
-)
+from ddsweep.analysis.results import Regime, ResolvedRegime, ResultSet, ar_point_id, resolve_regime
 from ddsweep.analysis.statistics import Estimate, combined_difference, holm, mean_interval
+from ddsweep.analysis.tables import LosslessResult, coding_stats, lossless_vs_ar
 
 DEFAULT_REGIMES: tuple[Regime, ...] = (
     Regime("latency", "decode_tok_s", 128, 1),

@@ -21,13 +21,12 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from ddsweep.analysis.results import (  # noqa: E402
     METRIC_LABELS,
-    LosslessResult,
     ResolvedRegime,
     ResultSet,
     ar_point_id,
-    coding_stats,
     window_label,
 )
+from ddsweep.analysis.tables import LosslessResult, coding_stats  # noqa: E402
 
 SIMULATED_LABEL = "SIMULATED RESULTS (stand-in server, not real hardware)"
 BASELINE_KINDS = ("ar", "dflash")

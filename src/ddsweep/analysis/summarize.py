@@ -15,7 +15,8 @@ from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.document import build_summary, jsonable
 from ddsweep.analysis.plots import PlotData, write_plots
 from ddsweep.analysis.render import render_markdown
-from ddsweep.analysis.results import load_results, overview_table, write_tables
+from ddsweep.analysis.results import load_results
+from ddsweep.analysis.tables import overview_table, write_tables
 from ddsweep.config.study import configured_point_ids
 from ddsweep.storage import write_text_atomic
 

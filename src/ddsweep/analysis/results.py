@@ -434,6 +434,7 @@ class ResolvedRegime:
     note: str | None
     table: pd.DataFrame
     repeats: dict[str, dict[int, float]] = field(default_factory=dict)
+    _figures: dict[str, dict[str, float]] | None = field(default=None, repr=False, compare=False)
 
     def cell(self) -> str:
         """The cell used, e.g. 'context 128, C=1'."""
@@ -443,12 +444,13 @@ class ResolvedRegime:
 
     def figure(self, point_id: str) -> dict[str, float] | None:
         """Return {mean, ci_low, ci_high, repeats} of `point_id` in this regime, or None."""
-        rows = self.table[self.table["point_id"] == point_id]
-        if rows.empty:
-            return None
-        row = rows.iloc[0]
-        return {"mean": float(row["mean"]), "ci_low": float(row["ci_low"]), "ci_high": float(row["ci_high"]),
-                "repeats": int(row["repeats"])}
+        if self._figures is None:
+            self._figures = {
+                str(pid): {"mean": float(m), "ci_low": float(lo), "ci_high": float(hi), "repeats": int(n)}
+                for pid, m, lo, hi, n in zip(self.table["point_id"], self.table["mean"], self.table["ci_low"],
+                                             self.table["ci_high"], self.table["repeats"], strict=True)}
+        figure = self._figures.get(point_id)
+        return dict(figure) if figure else None
 
     def difference(self, point_id: str, other_id: str) -> LogDifference | None:
         """Log ratio of `point_id` over `other_id` in the better direction (> 0: `point_id` is better)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 def t_cdf(t: float, df: int) -> float:
@@ -41,9 +42,14 @@ def t_quantile(p: float, df: float) -> float:
     """Inverse of :func:`t_cdf` by bisection; a fractional df (Welch) is rounded down, which is conservative."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"probability must be within (0, 1), got {p}")
-    dfi = max(1, int(math.floor(df)))
+    return _t_quantile(p, max(1, int(math.floor(df))))
+
+
+@lru_cache(maxsize=1024)
+def _t_quantile(p: float, dfi: int) -> float:
+    """Bisection for :func:`t_quantile` (cached: a summary needs few distinct quantiles)."""
     low, high = -1e7, 1e7
-    for _ in range(120):
+    for _ in range(100):
         mid = (low + high) / 2.0
         if t_cdf(mid, dfi) < p:
             low = mid

@@ -2,8 +2,8 @@
 
 Each synthetic repeat (one benchmark cell) of a point is the mean of 8 per-request figures, each drawn from a
 gamma distribution of mean 1 (skewed or mild per scenario), times a launch/repeat effect exp(N(0, σ_launch))
-corrected to mean 1, times the true figure μ; so the expected per-repeat figure is exactly μ. Two points share a per-repeat
-prompt effect (same prompts per repeat index, as in the real benchmark). For 3, 5 and 10 repeats the script
+corrected to mean 1, times the true figure μ; so the expected per-repeat figure is exactly μ. Two points share
+a per-repeat prompt effect (same prompts per repeat index, as in the real benchmark). For 3, 5 and 10 repeats the script
 counts how often
 
 - the interval of one point's figure (`statistics.mean_interval`, as printed per regime) contains μ, and

@@ -8,6 +8,7 @@ import pytest
 from studies import REGIMES_CONFIG, TruePoint, build
 
 from ddsweep.analysis.decisions import Settings, analyse
+from ddsweep.analysis.document import build_summary
 
 SEEDS = range(150)
 MARGIN = 0.02
@@ -116,3 +117,16 @@ def test_slo_pick_is_the_best_point_meeting_every_limit_and_failures_are_named()
     # The failing point's slowest requests miss the limit: its goodput is below its throughput.
     slow = pick.goodput["fast-but-slow-start"]
     assert slow["goodput_requests_per_s"].value < slow["requests_per_s"].value
+
+
+@pytest.mark.parametrize(("shift", "drifts"), [(1.08, True), (1.0, False)])
+def test_drift_between_replicates_of_ar_is_a_caveat_with_numbers(shift: float, drifts: bool) -> None:
+    ar = {"kind": "ar", "budget": None, "topk": None, "block_size": None, "window": None, "acceptance": None}
+    points = [TruePoint("ar", decode=60.0, **ar), TruePoint("ar-end", decode=60.0 * shift, **ar),
+              TruePoint("bs8-b8-t4-w2048", decode=150.0)]
+    doc = build_summary(analyse(build(points, 5, noise=0.005), settings()))
+    caveat = next(c for c in doc["caveats"] if c["kind"] == "reference_drift")
+    assert "`ar`/`ar-end`" in caveat["text"]
+    latency = next(i for i in caveat["items"] if "latency" in i)
+    assert latency.startswith("**drift**") is drifts
+    assert f"{shift:.2f}" in latency

@@ -16,6 +16,7 @@ import yaml
 
 from ddsweep.analysis.decisions import Decisions, RegimeOutcome, ratio_text
 from ddsweep.analysis.diagnosis import MAX_LIST, gain_text
+from ddsweep.analysis.drift import drift_caveat
 from ddsweep.analysis.results import KNOBS, METRIC_LABELS, ResolvedRegime, ar_point_id, window_label
 from ddsweep.analysis.statistics import Estimate
 
@@ -148,6 +149,9 @@ def _caveats(d: Decisions) -> list[dict[str, Any]]:
         "the best of several noisy estimates and so tends to be optimistic (winner's curse); the intervals "
         f"are {s.confidence:.0%} intervals for each figure on its own. The repeats of one point ran in one server "
         "launch, so the intervals do not include variation between launches or nodes.")})
+    drift = drift_caveat(results, [o.resolved for o in d.regimes], s.equivalence_margin, s.confidence)
+    if drift:
+        out.append(drift)
     items = []
     for c in d.confounds:
         a, b = c.values

@@ -2,8 +2,8 @@
 
 The document holds every figure, interval and sentence the Markdown shows; ``render`` writes the Markdown
 from it alone, so the two cannot disagree. Its layout is in docs/results-schema.md. To add to the summary,
-append a caveat (``{"kind", "title", "text", "items", "table"}``) to ``caveats`` or a block of the same shape
-to ``sections``: both are rendered generically.
+append a caveat (``{"kind", "title", "text", "table", "items", "code", "text_after"}``) to ``caveats``
+or a block of the same shape to ``sections``: both are rendered generically.
 """
 
 from __future__ import annotations
@@ -265,16 +265,16 @@ def _platform(d: Decisions) -> dict[str, Any]:
     if len(combos) > 1:
         items = [f"{k[0]} ×{k[1]}, {k[2] or 'unknown interconnect'}, {k[3]}, commit {k[4]}: "
                  + ", ".join(f"`{p}`" for p in pids) for k, pids in combos.items()]
-        block["text_before_items"] = ("**The points do not share one platform**; comparisons across these groups mix "
-                                      "hardware or software differences with the knobs:")
+        block["text"] = ("**The points do not share one platform**; comparisons across these groups mix hardware "
+                         "or software differences with the knobs:")
     block["items"] = items
     topology = next((p.environment.get("topology") for p in d.results.points
                      if isinstance(p.environment.get("topology"), str) and p.environment.get("topology")), None)
     if topology:
         block["code"] = {"caption": "Interconnect topology (`nvidia-smi topo -m`, first point that recorded it):",
                          "language": "", "text": topology.rstrip()}
-    block["text"] = ("These results transfer only to the same platform: another GPU model, GPU count or interconnect "
-                     "(for example NVLink instead of PCIe) can rank the configurations differently.")
+    block["text_after"] = ("These results transfer only to the same platform: another GPU model, GPU count or "
+                           "interconnect (for example NVLink instead of PCIe) can rank the configurations differently.")
     return block
 
 

@@ -1,7 +1,7 @@
 """Write the optimization summary Markdown from the summary document (reports/summary.json) alone.
 
 Decision sections have their own renderers; caveats and extra sections are generic blocks
-(``{"title", "text", "items", "table", "code"}``), so new summary lines need no change here.
+(``{"title", "text", "table", "items", "code", "text_after"}``), so new summary lines need no change here.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ def _table(columns: list[str], rows: list[list[Any]]) -> list[str]:
 
 
 def block(b: dict[str, Any], level: int = 3) -> list[str]:
-    """A generic block: heading, text before items, items, table, text, code blocks."""
+    """A generic block, in this order: heading, text, table, items, code blocks, text_after."""
     out = [f"{'#' * level} {b['title']}", ""]
-    if b.get("text_before_items"):
-        out += [b["text_before_items"], ""]
+    if b.get("text"):
+        out += [b["text"], ""]
     if b.get("table"):
         out += [*_table(b["table"]["columns"], b["table"]["rows"]), ""]
     if b.get("items"):
@@ -42,8 +42,8 @@ def block(b: dict[str, Any], level: int = 3) -> list[str]:
             if code.get("caption"):
                 out += [code["caption"], ""]
             out += [f"```{code.get('language') or ''}", code["text"], "```", ""]
-    if b.get("text"):
-        out += [b["text"], ""]
+    if b.get("text_after"):
+        out += [b["text_after"], ""]
     return out
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
 
 import pytest
 from resultsets import (
+    REPEATS,
     ResultSetSpec,
     broken_set,
     budget_bound_set,
@@ -27,7 +29,7 @@ from ddsweep.analysis.decisions import (
     Settings,
     analyse,
 )
-from ddsweep.analysis.render import render_decisions
+from ddsweep.analysis.render import render_decisions, render_markdown
 from ddsweep.analysis.results import load_results
 from ddsweep.analysis.summarize import SummaryResult, summarize
 
@@ -290,3 +292,38 @@ def test_render_markdown_is_deterministic(tmp_path: Path) -> None:
     results = load_results(write_results(spec, tmp_path))
     settings = Settings.from_config(spec.config)
     assert render_decisions(analyse(results, settings)) == render_decisions(analyse(results, settings))
+
+
+def test_markdown_is_rendered_from_summary_json_alone(drafter_bound: tuple) -> None:
+    _, result, text = drafter_bound
+    document = json.loads(result.summary_json_path.read_text(encoding="utf-8"))
+    assert render_markdown(document) == text
+    latency = next(r for r in document["regimes"] if r["name"] == "latency")
+    assert latency["leader"] == "bs8-b8-t4-w2048" and latency["winner"] is None
+    assert {t["point_id"] for t in latency["tied"]} == set(result.regime_ties["latency"])
+    assert latency["figure"]["level"] == 0.95 and latency["figure"]["ci_low"] < latency["figure"]["value"]
+    assert latency["speedup_vs_ar"]["value"] > 1
+    assert document["diagnosis"]["verdict"] == "drafter-bound"
+    assert {c["kind"] for c in document["caveats"]} >= {"selection", "confounds", "spread", "coding", "lossless",
+                                                        "failed_points"}
+    assert [p["name"] for p in document["priorities"]] == list(DEFAULT_PRIORITIES)
+
+
+def test_a_new_caveat_block_is_rendered_without_renderer_changes(drafter_bound: tuple) -> None:
+    _, result, _ = drafter_bound
+    document = json.loads(result.summary_json_path.read_text(encoding="utf-8"))
+    document["caveats"].append({"kind": "example", "title": "Example caveat", "text": "Intro.",
+                                "items": ["first", "second"], "table": {"columns": ["a", "b"], "rows": [[1, 2]]}})
+    text = render_markdown(document)
+    section = text.split("### Example caveat")[1].split("\n## ")[0]
+    assert "Intro." in section and "- first" in section and "| 1 | 2 |" in section
+
+
+def test_too_few_repeats_say_no_decision_is_possible(tmp_path: Path) -> None:
+    spec = drafter_bound_set()
+    spec.config["analysis"] = {"min_repeats_for_decision": REPEATS + 1}
+    result, text = run(spec, tmp_path)
+    assert all(w is None for w in result.regime_winners.values())
+    assert f"no decision possible: fewer than {REPEATS + 1} repeats (analysis.min_repeats_for_decision)" in text
+    kinds = {c["kind"] for c in result.document["caveats"]}
+    assert "no_decision" in kinds

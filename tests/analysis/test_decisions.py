@@ -89,7 +89,7 @@ def test_drafter_bound_study_is_diagnosed_drafter_bound() -> None:
 
 
 def test_budget_bound_study_is_diagnosed_budget_bound() -> None:
-    points = diagnosis_study({(4, 8): 3.0, (8, 8): 3.8, (16, 8): 4.7, (8, 16): 4.6})
+    points = diagnosis_study({(4, 8): 2.8, (8, 8): 3.6, (16, 8): 4.6, (8, 16): 4.5})
     found = verdicts(points, 0.02, range(100))
     assert found.count("budget-bound") >= 95, found
 

@@ -144,28 +144,37 @@ def _block_pairs(points: list[PointRecord], resolved: ResolvedRegime, trained: i
     return pairs
 
 
-def _verdict(series: list[AcceptanceSeries], pairs: list[BlockPair], trained: int | None,
-             gain: float) -> tuple[str, str]:
+def _verdict(series: list[AcceptanceSeries], pairs: list[BlockPair], trained: int | None, gain: float,
+             resolved: ResolvedRegime, level: float) -> tuple[str, str]:
     """Budget-bound when a top budget step or a larger block size raises acceptance beyond `gain` with
-    confidence; drafter-bound when every such comparison is below it with confidence; else inconclusive."""
+    confidence (Bonferroni over the comparisons: any one suffices, so the family needs the correction);
+    drafter-bound when every comparison is below it at the plain level (all must hold, an intersection-union
+    test needs no correction); else inconclusive."""
     limit = 1 + gain
     used = [p for p in pairs if p.straddles] if trained is not None else pairs
-    items = ([(f"budget {s.values[-2]} → {s.values[-1]} ({s.fixed})", s.top_step) for s in series]
-             + [(f"block size {p.low_block} → {p.high_block} (`{p.low}` → `{p.high}`)", p.gain) for p in used])
-    items = [(label, est) for label, est in items if est is not None]
-    evidence = "; ".join(f"{label}: {gain_text(est)}" for label, est in items[:MAX_LIST])
+    items = ([(f"budget {s.values[-2]} → {s.values[-1]} ({s.fixed})", s.top_step, s.point_ids[-1], s.point_ids[-2])
+              for s in series]
+             + [(f"block size {p.low_block} → {p.high_block} (`{p.low}` → `{p.high}`)", p.gain, p.high, p.low)
+                for p in used])
+    items = [item for item in items if item[1] is not None]
+    evidence = "; ".join(f"{label}: {gain_text(est)}" for label, est, _, _ in items[:MAX_LIST])
     if not items:
         return "inconclusive", (
             "**Inconclusive.** No budget series and no matched block-size pair"
             + (f" straddling the drafter's trained block size ({trained})" if trained is not None else "")
             + " has acceptance figures at this cell, so what bounds acceptance cannot be judged from this sweep.")
-    rising = [(label, est) for label, est in items if est.has_interval and est.low > limit]
-    flat = [(label, est) for label, est in items if est.has_interval and est.high < limit]
+    family = 1 - (1 - level) / len(items)
+    rising = [(label, adjusted) for label, _, hi, lo in items
+              if (adjusted := resolved.speedup(hi, lo, family)) is not None and adjusted.has_interval
+              and adjusted.low > limit]
+    flat = [label for label, est, _, _ in items if est.has_interval and est.high < limit]
     if rising:
         shown = "; ".join(f"{label}: {gain_text(est)}" for label, est in rising[:MAX_LIST])
+        correction = f" (intervals at {family:.1%}, Bonferroni over {len(items)} comparisons)" if len(items) > 1 else ""
         return "budget-bound", (
-            f"**Acceptance is budget-bound.** Acceptance still rises by more than {gain:.0%} with confidence: "
-            f"{shown}. A larger tree budget or block size buys accepted tokens; the drafter is not yet the limit.")
+            f"**Acceptance is budget-bound.** Acceptance still rises by more than {gain:.0%} with confidence"
+            f"{correction}: {shown}. A larger tree budget or block size buys accepted tokens; the drafter is not yet "
+            "the limit.")
     if len(flat) == len(items):
         note = ("" if trained is not None or not used else
                 " (the drafter's trained block size is unknown, so every block-size pair was used)")
@@ -173,8 +182,7 @@ def _verdict(series: list[AcceptanceSeries], pairs: list[BlockPair], trained: in
             f"**Acceptance is drafter-bound.** Every comparison gains less than {gain:.0%} with confidence{note}: "
             f"{evidence}. More budget or a larger block size buys little acceptance; a better-matched drafter "
             "would be needed for more.")
-    unsettled = [(label, est) for label, est in items if (label, est) not in flat]
-    shown = "; ".join(f"{label}: {gain_text(est)}" for label, est in unsettled[:MAX_LIST])
+    shown = "; ".join(f"{label}: {gain_text(est)}" for label, est, _, _ in items if label not in flat)
     return "inconclusive", (
         f"**Inconclusive.** These intervals include both less and more than a {gain:.0%} gain, so neither a "
         f"drafter bound nor a budget bound is supported: {shown}. More repeats would narrow them.")
@@ -216,7 +224,8 @@ def diagnose(results: ResultSet, settings: Settings, default: Regime) -> Diagnos
     cell = resolved.cell() + (f" ({resolved.note})" if resolved.note else "")
     series = _series(present, resolved, settings.confidence)
     pairs = _block_pairs(present, resolved, settings.trained_block_size, settings.confidence)
-    verdict, text = _verdict(series["budget"], pairs, settings.trained_block_size, settings.diagnosis_gain)
+    verdict, text = _verdict(series["budget"], pairs, settings.trained_block_size, settings.diagnosis_gain,
+                             resolved, settings.confidence)
     text += _block_note(present, pairs, settings.trained_block_size, resolved, settings.confidence)
     return Diagnosis(cell, verdict, text, settings.diagnosis_gain, series, pairs)
 

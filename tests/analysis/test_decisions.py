@@ -10,7 +10,7 @@ from studies import REGIMES_CONFIG, TruePoint, build
 from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.document import build_summary
 
-SEEDS = range(150)
+SEEDS = range(100)
 MARGIN = 0.02
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import shutil
@@ -103,6 +104,29 @@ def test_changing_one_points_topk_reruns_only_that_point_and_the_aggregates(demo
     jobs = scheduled_jobs(result.stdout + result.stderr)
     assert jobs == {"run_point": 1, "study_config": 1, "plan": 1, "summarize": 1, "bundle": 1, "all": 1}
     assert "results/points/bs16-b8-t2-w2048/status.json" in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_changing_only_analysis_settings_reruns_no_point_job(demo_run, tmp_path):
+    demo_run = Path(shutil.copytree(demo_run, tmp_path / "copy", symlinks=True))  # the real run changes files
+    config = yaml.safe_load((demo_run / ".test" / "config.yaml").read_text())
+    config["analysis"].update(confidence=0.9, equivalence_margin=0.05, min_repeats_for_decision=2)
+    config["analysis"]["priorities"]["interactive"] = {"throughput": 1.0, "slo": {"ttft_p99_s": 2.0}}
+    (demo_run / "analysis.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(demo_run, "-n", "--cores", "2", "--configfile", "analysis.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = scheduled_jobs(result.stdout + result.stderr)
+    assert jobs == {"study_config": 1, "summarize": 1, "bundle": 1, "all": 1}
+    # Run it: the summary is recomputed from the stored request records at the new level.
+    result = snakemake(demo_run, "--cores", "2", "--configfile", "analysis.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    document = json.loads((demo_run / "reports" / "summary.json").read_text())
+    assert document["statistics"]["confidence"] == 0.9
+    assert document["statistics"]["data_source"] == ["requests.jsonl"]
+    assert "90% CI" in (demo_run / "reports" / "optimization_summary.md").read_text()
+    interactive = next(p for p in document["priorities"] if p["name"] == "interactive")
+    assert interactive["slo"]["limits"] == {"ttft_p99_s": 2.0}
+    assert set(interactive["slo"]["points"]) >= {"ar", "bs8-b8-t4-w2048"}
 
 
 @pytest.mark.slow

@@ -43,6 +43,7 @@ rule summarize:
             caption="../report/summary.rst",
             category="Summary",
         ),
+        document="reports/summary.json",
         tables=expand("results/tables/{table}.csv", table=TABLES),
         plots=report(
             expand("reports/plots/{plot}.png", plot=PLOTS),
@@ -60,6 +61,7 @@ rule summarize:
 rule bundle:
     input:
         summary="reports/optimization_summary.md",
+        document="reports/summary.json",
         config="results/study_config.yaml",
     output:
         "reports/bundle.json",

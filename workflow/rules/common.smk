@@ -60,6 +60,7 @@ def final_outputs():
     """What `snakemake` builds by default: the summary, tables, plots and a bundle."""
     return [
         "reports/optimization_summary.md",
+        "reports/summary.json",
         "reports/bundle.json",
         *expand("results/tables/{table}.csv", table=TABLES),
         *expand("reports/plots/{plot}.png", plot=PLOTS),

@@ -299,10 +299,15 @@ def _check_analysis(config: dict) -> None:
         names.append(regime["name"])
     if len(set(names)) != len(names):
         raise ConfigError("analysis.regimes: regime names must be unique")
+    for priority, weights in analysis.get("priorities", {}).items():
+        cell = weights.get("slo_cell")
+        if cell and (cell["context"] not in bench["contexts"] or cell["concurrency"] not in bench["concurrency"]):
+            raise ConfigError(f"analysis.priorities.{priority}.slo_cell: context {cell['context']}, concurrency "
+                              f"{cell['concurrency']} is not a cell of the benchmark matrix")
     if names:
         for priority, weights in analysis.get("priorities", {}).items():
             for regime in weights:
-                if regime not in names:
+                if regime not in names and regime not in ("slo", "slo_cell"):
                     raise ConfigError(f"analysis.priorities.{priority}.{regime}: no regime named {regime!r}; "
                                       f"regimes: {', '.join(names)}")
 

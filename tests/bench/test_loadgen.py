@@ -15,16 +15,18 @@ from ddsweep import storage
 from ddsweep.bench.loadgen import (
     BenchmarkError,
     BenchSettings,
+    RequestRecord,
+    run_benchmark,
+    run_request,
+)
+from ddsweep.bench.transport import (
     HttpResponseParser,
     ProtocolError,
-    RequestRecord,
     SseLines,
     _StreamState,
     _Transport,
     _transport,
     chunk_tokens,
-    run_benchmark,
-    run_request,
 )
 
 

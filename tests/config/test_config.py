@@ -205,3 +205,16 @@ def test_empty_sweep_is_rejected(study):
     broken = _set(_set(study, "sweep.constraints", ["budget > 100"]), "baselines", {"ar": False, "dflash": None})
     with pytest.raises(ConfigError, match="sweep expands to no points"):
         validate_config(broken)
+
+
+def test_validate_warns_about_a_swept_knob_no_check_verifies():
+    from conftest import demo_config
+
+    from ddsweep.config.study import expand_points
+    from ddsweep.config.verification import unverified_sweep_warnings
+
+    config = demo_config()
+    warnings = unverified_sweep_warnings(config["engine"]["presets"], expand_points(config))
+    assert len(warnings) == 1 and "'topk'" in warnings[0] and "presets.ddtree" in warnings[0]
+    config["engine"]["presets"]["ddtree"]["verify"]["log_patterns"] = [r"max_topk={topk}\b"]
+    assert unverified_sweep_warnings(config["engine"]["presets"], expand_points(config)) == []

@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from ddsweep.config.verification import unverified_sweep_warnings
 from ddsweep.storage import write_text_atomic
 
 KNOBS = ("budget", "topk", "block_size", "window")
@@ -430,7 +431,10 @@ def _run_validate(args: argparse.Namespace) -> int:
         return 2
     if args.write:
         write_text_atomic(args.write, yaml.safe_dump(config, sort_keys=False))
-    print(f"configuration OK: study {config['study']!r}, {len(expand_points(config))} points")
+    points = expand_points(config)
+    for warning in unverified_sweep_warnings(config["engine"]["presets"], points):
+        print(warning, file=sys.stderr)
+    print(f"configuration OK: study {config['study']!r}, {len(points)} points")
     return 0
 
 

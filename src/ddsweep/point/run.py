@@ -150,7 +150,7 @@ def _start_server(record: dict, out_dir: Path, run: PointRun, progress: Callable
 
 
 def _verify(server: ManagedServer, out_dir: Path, run: PointRun) -> dict:
-    """Record /get_server_info and fail the point if the server did not apply every configured knob."""
+    """Record /server_info and fail the point if the server did not apply every configured knob."""
     try:
         info = server.server_info()
     except ServerError as exc:

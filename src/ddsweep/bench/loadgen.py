@@ -52,6 +52,7 @@ class BenchSettings:
     seed: int = 0
     request_rate: float | None = None
     http_client: str = "asyncio"
+    context_tolerance: float = 0.05
 
 
 class BenchmarkError(RuntimeError):
@@ -350,7 +351,9 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, doc: 
                     if warm:
                         continue
                     cell = {"context": context, "concurrency": conc, "repeat": recs[0].repeat,
-                            **cell_figures(recs)}
+                            **cell_figures(recs), **metrics.context_check(
+                                [r.prompt_tokens for r in recs if not r.warmup and r.ok], context,
+                                settings.context_tolerance)}
                     doc["cells"].append(cell)
                     doc["groups"] = group_figures(doc["cells"])
                     storage.write_json_atomic(cells_path, doc)

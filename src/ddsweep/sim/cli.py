@@ -35,9 +35,9 @@ def build_parser(contract: sglang_contract.Contract | None = None) -> argparse.A
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     if contract is not None and contract.strict:
         sglang_contract.add_server_args(parser, contract)
+        add_sim_arguments(parser)
     else:
         add_arguments(parser)
-    add_sim_arguments(parser)
     return parser
 
 
@@ -52,6 +52,12 @@ def strict_mode(argv: list[str]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The lenient stand-in's flags (what `ddsweep preflight` checks a stand-in command line against)."""
+    add_lenient_server_arguments(parser)
+    add_sim_arguments(parser)
+
+
+def add_lenient_server_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare SGLang's own flags that the lenient stand-in understands (dests as in SGLang's ServerArgs)."""
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)

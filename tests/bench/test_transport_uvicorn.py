@@ -144,7 +144,9 @@ def test_stream_cut_mid_event_is_an_error_with_the_tokens_seen(served) -> None:
 def test_slow_first_byte_is_time_to_first_token(served) -> None:
     base, _ = served
     (slow,) = _requests(base, ["/slow"])
-    assert slow.error is None and 0.3 <= slow.ttft_s < 1.5
+    # The server sleeps 0.3 s from when it read the request; the client stamps the send after its write returns,
+    # which in this one-process setup can be a GIL switch interval (5 ms) after the server thread took over.
+    assert slow.error is None and 0.3 - 0.02 <= slow.ttft_s < 1.5
 
 
 def test_http_error_type_from_the_transport(served) -> None:

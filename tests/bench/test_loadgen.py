@@ -15,16 +15,18 @@ from ddsweep import storage
 from ddsweep.bench.loadgen import (
     BenchmarkError,
     BenchSettings,
+    RequestRecord,
+    run_benchmark,
+    run_request,
+)
+from ddsweep.bench.transport import (
     HttpResponseParser,
     ProtocolError,
-    RequestRecord,
     SseLines,
     _StreamState,
     _Transport,
     _transport,
     chunk_tokens,
-    run_benchmark,
-    run_request,
 )
 
 
@@ -55,6 +57,7 @@ def test_benchmark_records_and_figures(sims: dict[str, Sim], tmp_path: Path) -> 
     assert len({r["prompt_tokens"] for r in records if r["context"] == 64}) >= 1
     assert all(abs(r["prompt_tokens"] - r["context"]) <= 0.03 * r["context"] + 2 for r in records)
     assert len(doc["cells"]) == 8 and len(doc["groups"]) == 4 and doc["simulated"] is True
+    assert not any(cell["prompt_tokens_off_target"] for cell in doc["cells"])
     for cell in doc["cells"]:
         measured = [r for r in records if not r["warmup"] and (r["context"], r["concurrency"], r["repeat"]) ==
                     (cell["context"], cell["concurrency"], cell["repeat"])]

@@ -205,3 +205,18 @@ def test_empty_sweep_is_rejected(study):
     broken = _set(_set(study, "sweep.constraints", ["budget > 100"]), "baselines", {"ar": False, "dflash": None})
     with pytest.raises(ConfigError, match="sweep expands to no points"):
         validate_config(broken)
+
+
+def test_validate_warns_about_a_swept_knob_no_check_verifies():
+    from conftest import demo_config
+
+    from ddsweep.config.study import unverified_swept_knobs
+
+    config = validate_config(demo_config())
+    warnings = unverified_swept_knobs(config)
+    assert len(warnings) == 1 and "knob topk" in warnings[0] and "presets.ddtree" in warnings[0]
+    config["engine"]["presets"]["ddtree"]["verify"]["log_patterns"] = [r"max_topk={topk}\b"]
+    assert unverified_swept_knobs(config) == []
+    config["engine"]["presets"]["ddtree"]["verify"]["log_patterns"] = []
+    config["engine"]["presets"]["ddtree"]["verify"]["launch_command"] = ["--max-topk {topk}"]
+    assert unverified_swept_knobs(config) == []

@@ -201,7 +201,7 @@ def test_foreign_server_answering_on_the_taken_port_is_not_measured(tmp_path, se
     assert outcome.kind is None
     assert [s.spec.port for s in servers][0] == port and len(servers) == 2
     info = json.loads((outcome.out / "server_info.json").read_text())
-    assert info["simulated"] is True and info["server_args"]["port"] == servers[1].spec.port
+    assert info["simulated"] is True and info["port"] == servers[1].spec.port
 
 
 def test_other_startup_failure_after_a_port_retry_is_not_blamed_on_the_port(tmp_path, servers):

@@ -1,4 +1,4 @@
-"""Measure the benchmark client (`ddsweep.bench.loadgen`) against the stand-in server's own ground truth.
+"""Measure the benchmark client (`ddsweep.bench`) against the stand-in server's own ground truth.
 
 Starts `ddsweep sim-server` in a separate process with a fixed rate (exactly 4 tokens per 10 ms verify step,
 whatever the batch size), runs `run_benchmark` at several concurrency levels with each HTTP client, and prints
@@ -44,7 +44,7 @@ import httpx
 
 from ddsweep import storage
 from ddsweep.bench import metrics, prompts
-from ddsweep.bench.loadgen import BenchSettings, run_benchmark
+from ddsweep.bench.cells import BenchSettings, run_benchmark
 from ddsweep.sim import tokenizer as sim_tokenizer
 
 BENCH_SERVING_NAMES = ("RequestFuncInput", "RequestFuncOutput", "_create_bench_client_session", "get_auth_headers",

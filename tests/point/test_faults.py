@@ -250,9 +250,9 @@ def test_crash_mid_benchmark_fails_the_point_and_keeps_the_requests_measured_bef
 
 
 def test_server_killed_between_cells_fails_with_server_crash(tmp_path, servers, monkeypatch):
-    from ddsweep.bench import loadgen
+    from ddsweep.bench import cells
 
-    original = loadgen.prompts.build_prompt
+    original = cells.prompts.build_prompt
 
     def kill_on_second_context(target_tokens: int, *args: object, **kwargs: object) -> str:
         if target_tokens == 2048 and servers[-1].exited() is None:
@@ -260,7 +260,7 @@ def test_server_killed_between_cells_fails_with_server_crash(tmp_path, servers, 
             servers[-1].process.wait()
         return original(target_tokens, *args, **kwargs)
 
-    monkeypatch.setattr(loadgen.prompts, "build_prompt", kill_on_second_context)
+    monkeypatch.setattr(cells.prompts, "build_prompt", kill_on_second_context)
     record = faulty("ar", [], bench(contexts=[128, 2048]))
     outcome = run_faulty(record, tmp_path / "ar", servers, "SIGKILL between cells")
     assert outcome.kind == "server_crash"

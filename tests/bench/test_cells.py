@@ -12,19 +12,16 @@ import pytest
 from standin import FAST, Sim
 
 from ddsweep import storage
-from ddsweep.bench.loadgen import (
-    BenchmarkError,
-    BenchSettings,
+from ddsweep.bench.cells import BenchmarkError, BenchSettings, run_benchmark
+from ddsweep.bench.records import RequestRecord, run_request
+from ddsweep.bench.transport import (
     HttpResponseParser,
     ProtocolError,
-    RequestRecord,
     SseLines,
     _StreamState,
     _Transport,
     _transport,
     chunk_tokens,
-    run_benchmark,
-    run_request,
 )
 
 

@@ -1,0 +1,84 @@
+"""`ddsweep bench`: the benchmark matrix against any running SGLang server, from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import httpx
+
+from ddsweep import storage
+from ddsweep.bench.cells import BenchmarkError, BenchSettings, _arun, _run_async
+from ddsweep.bench.transport import HTTP_CLIENTS
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `bench` subcommand."""
+    parser = subparsers.add_parser(
+        "bench", help="benchmark a running SGLang server (native streaming /generate)",
+        description="Benchmark a running server. --out is the cells JSON; the per-request records go next to it "
+                    "as <stem>.requests.jsonl.")
+    parser.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
+    parser.add_argument("--out", required=True, type=Path, help="cells JSON file to write")
+    parser.add_argument("--contexts", type=_ints, default=[128, 4096], help="prompt lengths in tokens")
+    parser.add_argument("--concurrency", type=_ints, default=[1, 4, 16, 32], help="closed-loop concurrency levels")
+    parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--requests", type=int, default=32, help="measured requests per cell")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=2, help="warmup requests per (context, concurrency)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--request-rate", type=float, default=None, help="Poisson arrivals (requests/s)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds")
+    parser.add_argument("--max-failure-fraction", type=float, default=0.1)
+    parser.add_argument("--http-client", choices=HTTP_CLIENTS, default=BenchSettings.http_client)
+    parser.set_defaults(func=main)
+
+
+def detect_simulated(url: str) -> bool:
+    """Whether the server at `url` is the stand-in (top-level "simulated": true in /get_server_info)."""
+    try:
+        return bool(httpx.get(url.rstrip("/") + "/get_server_info", timeout=30.0).json().get("simulated", False))
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False
+
+
+def format_table(doc: dict) -> str:
+    """A short text table of the groups in a cells.json document."""
+    lines = [f"{'context':>8} {'conc':>5} {'tok/s':>10} {'decode tok/s':>13} {'ttft p50 s':>11} {'accept':>7}"]
+    for g in doc["groups"]:
+        def med(key: str, g: dict = g) -> str:
+            value = g[key]["median"]
+            return "-" if value is None else f"{value:.3f}" if value < 10 else f"{value:.1f}"
+        lines.append(f"{g['context']:>8} {g['concurrency']:>5} {med('output_throughput_tok_s'):>10} "
+                     f"{med('decode_tok_s'):>13} {med('ttft_p50_s'):>11} {med('acceptance_length'):>7}")
+    if doc.get("simulated"):
+        lines.append("(simulated: measured against the stand-in server)")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry point of `ddsweep bench`."""
+    settings = BenchSettings(contexts=args.contexts, concurrency=args.concurrency, max_new_tokens=args.max_tokens,
+                             requests_per_cell=args.requests, repeats=args.repeats, warmup_requests=args.warmup,
+                             max_failure_fraction=args.max_failure_fraction, request_timeout_s=args.timeout,
+                             seed=args.seed, request_rate=args.request_rate, http_client=args.http_client)
+    out: Path = args.out
+    requests_path = out.parent / f"{out.stem}.requests.jsonl"
+    simulated = detect_simulated(args.url)
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    status = 0
+    try:
+        doc = _arun(_run_async(args.url, requests_path, out, settings, simulated, progress))
+    except BenchmarkError as exc:
+        progress(f"error: {exc}")
+        doc, status = storage.read_json(out), 1
+    print(format_table(doc))
+    return status

@@ -1,10 +1,14 @@
-"""The benchmark's cell runner: the (context, concurrency) matrix against SGLang's native streaming /generate.
+"""The benchmark's cell runner: workloads x contexts x concurrency against SGLang's native streaming /generate.
 
-For each (context, concurrency) it sends warmup requests (recorded, flagged, excluded from every figure), then
-`repeats` cells of `requests_per_cell` greedy requests with `ignore_eos`, each with its own prompt. The requests
-of a cell are appended to requests.jsonl in the order they finished as soon as the cell is over (or fails, or is
-interrupted): serializing a record costs ~0.2 ms, and doing it while other streams are in flight delays their
-timestamps. cells.json (per cell and per group across repeats) is rewritten atomically after each cell.
+For each (workload, context, concurrency) it sends warmup requests (recorded, flagged, excluded from every
+figure) right before the first of its cells, and `repeats` cells of measured greedy requests, each with its own
+prompt (bench/workloads.py: token ids rendered by the server's chat template, sent as `input_ids`). A cell has
+`requests_per_cell` requests, by default 4·C so that C requests are in flight for most of it; its figures are
+computed over the whole cell and over the steady-state window (records.py). The measured cells of a point run
+in an order shuffled with a recorded seed, so drift during a point spreads over all cells instead of biasing
+the last ones. The requests of a cell are appended to requests.jsonl in the order they finished as soon as
+the cell is over (or fails, or is interrupted): serializing a record costs ~0.2 ms, and doing it while other
+streams are in flight delays their timestamps. cells.json is rewritten atomically after each cell.
 Acceptance is always the ratio of per-request sums, never a server counter.
 """
 
@@ -13,30 +17,32 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import secrets
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from ddsweep import storage
-from ddsweep.bench import prompts
 from ddsweep.bench.records import RequestRecord, cell_figures, group_figures, run_request
 from ddsweep.bench.transport import _Transport, _transport
+from ddsweep.bench.workloads import Prompt, PromptBuilder, Workload, WorkloadError, cell_requests
 
 PROGRESS_INTERVAL_S = 2.0
+DEFAULT_WORKLOADS = ({"name": "coding", "kind": "coding"},)
 
 
 @dataclass
 class BenchSettings:
-    """What to measure: the (context, concurrency) matrix, request counts, limits and the seed."""
+    """What to measure: workloads, the (context, concurrency) matrix, request counts, limits and the seeds."""
 
     contexts: list[int]
     concurrency: list[int]
     max_new_tokens: int = 512
-    requests_per_cell: int = 32
+    requests_per_cell: int | None = None
     repeats: int = 3
     warmup_requests: int = 2
     max_failure_fraction: float = 0.1
@@ -44,6 +50,9 @@ class BenchSettings:
     seed: int = 0
     request_rate: float | None = None
     http_client: str = "asyncio"
+    workloads: list[dict] = field(default_factory=lambda: [dict(w) for w in DEFAULT_WORKLOADS])
+    cell_order: str = "random"
+    cell_order_seed: int | None = None
 
 
 class BenchmarkError(RuntimeError):
@@ -51,24 +60,24 @@ class BenchmarkError(RuntimeError):
 
 
 # --------------------------------------------------------------------------- the run
-class _Counter:
-    """Token counter for prompts: the server's own tokenizer through SGLang's `/tokenize` (`prompt` body)."""
+class _Tokenizer:
+    """The server's own tokenizer and chat template through SGLang's `/tokenize` (`messages` or `prompt`)."""
 
     def __init__(self, url: str) -> None:
         """An HTTP client for `url` (CA certificates are loaded for https only: ~25 ms CPU)."""
         self.url = url
         self.client = httpx.Client(timeout=30.0, verify=url.startswith("https:"))
 
-    def __call__(self, text: str) -> int:
-        """Tokens in `text`, without special tokens; any other answer than SGLang's is an error naming it."""
-        resp = self.client.post(self.url + "/tokenize", json={"prompt": text, "add_special_tokens": False})
+    def __call__(self, body: dict) -> list[int]:
+        """Token ids of a /tokenize body; any other answer than SGLang's is an error naming it."""
+        resp = self.client.post(self.url + "/tokenize", json=body)
         try:
-            count = resp.json().get("count") if resp.status_code == 200 else None
+            tokens = resp.json().get("tokens") if resp.status_code == 200 else None
         except ValueError:
-            count = None
-        if not isinstance(count, int):
+            tokens = None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
             raise ValueError(f"POST {self.url}/tokenize answered HTTP {resp.status_code}: {resp.text[:300]!r}")
-        return count
+        return tokens
 
     def close(self) -> None:
         """Close the HTTP client."""
@@ -85,9 +94,9 @@ class _RunState:
     label: str = ""
 
 
-async def _run_cell(transport: _Transport, url: str, prompt_list: list[str], records: list[RequestRecord],
-                    settings: BenchSettings, concurrency: int, sink: Callable[[RequestRecord], None],
-                    state: _RunState) -> None:
+async def _run_cell(transport: _Transport, url: str, prompt_list: list[Prompt], records: list[RequestRecord],
+                    settings: BenchSettings, workload: Workload, concurrency: int,
+                    sink: Callable[[RequestRecord], None], state: _RunState) -> None:
     """Run `records` (one per prompt) with at most `concurrency` in flight, closed-loop or Poisson arrivals."""
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(len(records)):
@@ -100,8 +109,10 @@ async def _run_cell(transport: _Transport, url: str, prompt_list: list[str], rec
         state.in_flight += 1
         rec = records[i]
         try:
-            await asyncio.wait_for(run_request(transport, url, prompt_list[i], settings.max_new_tokens, rec),
-                                   settings.request_timeout_s)
+            rec.prompt_source = prompt_list[i].label
+            await asyncio.wait_for(run_request(transport, url, prompt_list[i].input_ids,
+                                               workload.max_new_tokens or settings.max_new_tokens, rec,
+                                               ignore_eos=workload.ignore_eos), settings.request_timeout_s)
         except asyncio.TimeoutError:
             rec.error = f"timeout after {settings.request_timeout_s:g} s"
             rec.end_ts = time.time()
@@ -128,28 +139,91 @@ async def _run_cell(transport: _Transport, url: str, prompt_list: list[str], rec
     await asyncio.gather(*(worker() for _ in range(workers)))
 
 
+@dataclass(frozen=True)
+class _Cell:
+    """One batch of requests: the warmup of a (workload, context, concurrency) or one measured repeat."""
+
+    workload: Workload
+    context: int
+    concurrency: int
+    repeat: int
+    warmup: bool
+    sequences: tuple[int, ...]
+
+
+def plan_cells(settings: BenchSettings, order_seed: int) -> list[_Cell]:
+    """Every batch of the run in the order it runs: measured cells shuffled (when `cell_order` is random) and
+    each group's warmup right before its first cell. Prompt numbers follow the unshuffled order, so the same
+    cell gets the same prompts whatever the order."""
+    measured: list[_Cell] = []
+    warmups: dict[tuple[str, int, int], _Cell] = {}
+    for entry in settings.workloads:
+        workload = Workload.from_config(entry)
+        sequence = 0
+        for context in workload.contexts or settings.contexts:
+            for conc in workload.concurrency or settings.concurrency:
+                warm = tuple(range(sequence, sequence + settings.warmup_requests))
+                sequence += len(warm)
+                warmups[(workload.name, context, conc)] = _Cell(workload, context, conc, 0, True, warm)
+                n = cell_requests(conc, settings.requests_per_cell)
+                for rep in range(settings.repeats):
+                    measured.append(_Cell(workload, context, conc, rep, False, tuple(range(sequence, sequence + n))))
+                    sequence += n
+    if settings.cell_order == "random":
+        random.Random(order_seed).shuffle(measured)
+    plan: list[_Cell] = []
+    for cell in measured:
+        warm = warmups.pop((cell.workload.name, cell.context, cell.concurrency), None)
+        if warm is not None and warm.sequences:
+            plan.append(warm)
+        plan.append(cell)
+    return plan
+
+
 async def _run_async(url: str, requests_path: Path, cells_path: Path, settings: BenchSettings, simulated: bool,
                      progress: Callable[[str], None]) -> dict:
     url = url.rstrip("/")
     requests_path.parent.mkdir(parents=True, exist_ok=True)
+    order_seed = settings.cell_order_seed if settings.cell_order_seed is not None else secrets.randbelow(2**31)
     config = asdict(settings)
-    doc: dict[str, Any] = {"simulated": simulated, "config": config, "cells": [], "groups": []}
-    counter = _Counter(url)
+    doc: dict[str, Any] = {"simulated": simulated, "config": config, "cell_order_seed": order_seed,
+                           "workloads": [], "cells": [], "groups": []}
+    try:
+        plan = plan_cells(settings, order_seed)
+    except WorkloadError as exc:
+        raise BenchmarkError(str(exc)) from exc
+    tokenizer = _Tokenizer(url)
     transport = _transport(settings.http_client)
-    await transport.open(max(settings.concurrency))
+    await transport.open(max(c.concurrency for c in plan) if plan else 1)
     with open(requests_path, "w", encoding="utf-8") as handle:
-        await _run_matrix(url, cells_path, settings, doc, handle, counter, transport, progress)
+        await _run_matrix(url, cells_path, settings, plan, doc, handle, tokenizer, transport, progress)
     storage.write_json_atomic(cells_path, doc)
     return doc
 
 
-async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, doc: dict, handle: Any,
-                      counter: _Counter, transport: _Transport, progress: Callable[[str], None]) -> None:
+def workload_summaries(settings: BenchSettings, cells: list[dict]) -> list[dict]:
+    """Per workload: its stopping rule and its acceptance length over every measured request (ratio of sums)."""
+    out = []
+    for entry in settings.workloads:
+        workload = Workload.from_config(entry)
+        mine = [c for c in cells if c["workload"] == workload.name]
+        tokens = sum(c["accepted_tokens"] for c in mine)
+        verify = sum(c["verify_steps"] for c in mine)
+        out.append({"name": workload.name, "kind": workload.kind, "path": workload.path,
+                    "ignore_eos": workload.ignore_eos,
+                    "max_new_tokens": workload.max_new_tokens or settings.max_new_tokens,
+                    "cells": len(mine), "requests": sum(c["completed"] for c in mine),
+                    "acceptance_length": tokens / verify if verify else None})
+    return out
+
+
+async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan: list[_Cell], doc: dict,
+                      handle: Any, tokenizer: _Tokenizer, transport: _Transport,
+                      progress: Callable[[str], None]) -> None:
     simulated = doc["simulated"]
     state = _RunState()
-    sequence = 0
-
     finished: list[RequestRecord] = []
+    builders: dict[str, PromptBuilder] = {}
 
     def flush() -> None:
         handle.write("".join(json.dumps(vars(rec)) + "\n" for rec in finished))
@@ -166,57 +240,54 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, doc: 
             progress(f"  {state.label}: {state.done} done, {state.in_flight} in flight, {rate:.0f} tok/s")
 
     reporter_task = asyncio.get_running_loop().create_task(reporter())
-    n_cells = len(settings.contexts) * len(settings.concurrency) * settings.repeats
+    n_cells = sum(not c.warmup for c in plan)
     try:
-        for context in settings.contexts:
-            for conc in settings.concurrency:
-                plan = [(True, 0, i) for i in range(settings.warmup_requests)]
-                plan += [(False, rep, i) for rep in range(settings.repeats) for i in range(settings.requests_per_cell)]
-                texts = []
-                for _ in plan:
-                    try:
-                        texts.append(await asyncio.to_thread(prompts.build_prompt, context, sequence,
-                                                             counter, settings.seed))
-                    except (httpx.HTTPError, ValueError, KeyError) as exc:
-                        raise BenchmarkError(f"could not count prompt tokens with {url}/tokenize for the cells of "
-                                             f"context={context} concurrency={conc}: {type(exc).__name__}: {exc}"
-                                             ) from exc
-                    sequence += 1
-                batches = [[k for k, p in enumerate(plan) if p[0]]]
-                batches += [[k for k, p in enumerate(plan) if not p[0] and p[1] == rep]
-                            for rep in range(settings.repeats)]
-                for batch in batches:
-                    if not batch:
-                        continue
-                    recs = [RequestRecord(context, conc, plan[k][1], plan[k][2], plan[k][0], simulated=simulated)
-                            for k in batch]
-                    warm = recs[0].warmup
-                    state.label = (f"ctx={context} C={conc} " + ("warmup" if warm else f"repeat {recs[0].repeat}"))
-                    state.done = 0
-                    try:
-                        await _run_cell(transport, url, [texts[k] for k in batch], recs, settings, conc,
-                                        finished.append, state)
-                    finally:
-                        flush()
-                    if warm:
-                        continue
-                    cell = {"context": context, "concurrency": conc, "repeat": recs[0].repeat,
-                            **cell_figures(recs)}
-                    doc["cells"].append(cell)
-                    doc["groups"] = group_figures(doc["cells"])
-                    storage.write_json_atomic(cells_path, doc)
-                    tput = cell["output_throughput_tok_s"] or 0.0
-                    progress(f"cell {len(doc['cells'])}/{n_cells} ctx={context} C={conc} rep={cell['repeat']}: "
-                             f"{cell['completed']}/{cell['requests']} ok, {tput:.1f} tok/s")
-                    if cell["requests"] and cell["failed"] > settings.max_failure_fraction * cell["requests"]:
-                        errors = sorted({r.error for r in recs if r.error})
-                        raise BenchmarkError(
-                            f"cell context={context} concurrency={conc} repeat={cell['repeat']}: {cell['failed']} of "
-                            f"{cell['requests']} requests failed (allowed fraction {settings.max_failure_fraction:g}); "
-                            f"errors: {'; '.join(errors[:3])}")
+        for cell in plan:
+            workload, context, conc = cell.workload, cell.context, cell.concurrency
+            where = f"workload={workload.name} context={context} concurrency={conc}"
+            try:
+                if workload.name not in builders:
+                    builders[workload.name] = await asyncio.to_thread(PromptBuilder, workload, tokenizer,
+                                                                      settings.seed)
+                builder = builders[workload.name]
+                texts = [await asyncio.to_thread(builder.build, context, seq) for seq in cell.sequences]
+            except WorkloadError as exc:
+                raise BenchmarkError(f"cells of {where}: {exc}") from exc
+            except (httpx.HTTPError, ValueError, KeyError) as exc:
+                raise BenchmarkError(f"could not count prompt tokens with {url}/tokenize for the cells of {where}: "
+                                     f"{type(exc).__name__}: {exc}") from exc
+            recs = [RequestRecord(context, conc, cell.repeat, i, cell.warmup, workload=workload.name,
+                                  simulated=simulated) for i in range(len(texts))]
+            state.label = f"{workload.name} ctx={context} C={conc} " + (
+                "warmup" if cell.warmup else f"repeat {cell.repeat}")
+            state.done = 0
+            try:
+                await _run_cell(transport, url, texts, recs, settings, workload, conc, finished.append, state)
+            finally:
+                flush()
+            if cell.warmup:
+                continue
+            figures = cell_figures(recs)
+            verify = [r for r in recs if r.ok and r.spec_verify_ct]
+            doc["cells"].append({"workload": workload.name, "context": context, "concurrency": conc,
+                                 "repeat": cell.repeat, "ignore_eos": workload.ignore_eos, **figures,
+                                 "accepted_tokens": sum(r.completion_tokens or 0 for r in verify),
+                                 "verify_steps": sum(r.spec_verify_ct or 0 for r in verify)})
+            doc["groups"] = group_figures(doc["cells"])
+            doc["workloads"] = workload_summaries(settings, doc["cells"])
+            storage.write_json_atomic(cells_path, doc)
+            done = doc["cells"][-1]
+            tput = done["output_throughput_tok_s"] or 0.0
+            progress(f"cell {len(doc['cells'])}/{n_cells} {workload.name} ctx={context} C={conc} "
+                     f"rep={cell.repeat}: {done['completed']}/{done['requests']} ok, {tput:.1f} tok/s")
+            if done["requests"] and done["failed"] > settings.max_failure_fraction * done["requests"]:
+                errors = sorted({r.error for r in recs if r.error})
+                raise BenchmarkError(
+                    f"cell {where} repeat={cell.repeat}: {done['failed']} of {done['requests']} requests failed "
+                    f"(allowed fraction {settings.max_failure_fraction:g}); errors: {'; '.join(errors[:3])}")
     finally:
         reporter_task.cancel()
-        counter.close()
+        tokenizer.close()
         await transport.close()
 
 

@@ -17,6 +17,13 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def _workload(text: str) -> dict:
+    """A workload entry from `KIND[:PATH][+eos]` (for example `prose+eos` or `jsonl:traffic.jsonl`)."""
+    ignore_eos = text.endswith("+eos")
+    kind, _, path = text.removesuffix("+eos").partition(":")
+    return {"name": kind + ("-eos" if ignore_eos else ""), "kind": kind, "path": path or None, "ignore_eos": ignore_eos}
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `bench` subcommand."""
     parser = subparsers.add_parser(
@@ -28,7 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--contexts", type=_ints, default=[128, 4096], help="prompt lengths in tokens")
     parser.add_argument("--concurrency", type=_ints, default=[1, 4, 16, 32], help="closed-loop concurrency levels")
     parser.add_argument("--max-tokens", type=int, default=512)
-    parser.add_argument("--requests", type=int, default=32, help="measured requests per cell")
+    parser.add_argument("--requests", type=int, default=None, help="measured requests per cell (default 4*C, >= 8)")
+    parser.add_argument("--workload", action="append", type=_workload, dest="workloads", metavar="KIND[:PATH]",
+                        help="coding (default), prose or jsonl:FILE; repeat for several; add +eos to ignore_eos")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=2, help="warmup requests per (context, concurrency)")
     parser.add_argument("--seed", type=int, default=0)
@@ -49,12 +58,14 @@ def detect_simulated(url: str) -> bool:
 
 def format_table(doc: dict) -> str:
     """A short text table of the groups in a cells.json document."""
-    lines = [f"{'context':>8} {'conc':>5} {'tok/s':>10} {'decode tok/s':>13} {'ttft p50 s':>11} {'accept':>7}"]
+    lines = [f"{'workload':>10} {'context':>8} {'conc':>5} {'tok/s':>10} {'steady tok/s':>13} {'decode tok/s':>13} "
+             f"{'ttft p50 s':>11} {'accept':>7}"]
     for g in doc["groups"]:
         def med(key: str, g: dict = g) -> str:
             value = g[key]["median"]
             return "-" if value is None else f"{value:.3f}" if value < 10 else f"{value:.1f}"
-        lines.append(f"{g['context']:>8} {g['concurrency']:>5} {med('output_throughput_tok_s'):>10} "
+        lines.append(f"{g['workload']:>10} {g['context']:>8} {g['concurrency']:>5} "
+                     f"{med('output_throughput_tok_s'):>10} {med('steady_output_throughput_tok_s'):>13} "
                      f"{med('decode_tok_s'):>13} {med('ttft_p50_s'):>11} {med('acceptance_length'):>7}")
     if doc.get("simulated"):
         lines.append("(simulated: measured against the stand-in server)")
@@ -66,7 +77,8 @@ def main(args: argparse.Namespace) -> int:
     settings = BenchSettings(contexts=args.contexts, concurrency=args.concurrency, max_new_tokens=args.max_tokens,
                              requests_per_cell=args.requests, repeats=args.repeats, warmup_requests=args.warmup,
                              max_failure_fraction=args.max_failure_fraction, request_timeout_s=args.timeout,
-                             seed=args.seed, request_rate=args.request_rate, http_client=args.http_client)
+                             seed=args.seed, request_rate=args.request_rate, http_client=args.http_client,
+                             **({"workloads": args.workloads} if args.workloads else {}))
     out: Path = args.out
     requests_path = out.parent / f"{out.stem}.requests.jsonl"
     simulated = detect_simulated(args.url)

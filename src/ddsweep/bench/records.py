@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import httpx
@@ -22,6 +23,10 @@ class RequestRecord:
     repeat: int
     index: int
     warmup: bool
+    workload: str = ""
+    prompt_source: str | None = None
+    max_new_tokens: int | None = None
+    ignore_eos: bool | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     finish_reason: str | None = None
@@ -42,16 +47,17 @@ class RequestRecord:
         return self.error is None
 
 # --------------------------------------------------------------------------- one request
-async def run_request(transport: _Transport, url: str, prompt: str, max_new_tokens: int,
-                      record: RequestRecord) -> RequestRecord:
-    """Send one streaming greedy /generate request and fill `record` with its timings and counts.
+async def run_request(transport: _Transport, url: str, prompt: str | list[int], max_new_tokens: int,
+                      record: RequestRecord, ignore_eos: bool = False) -> RequestRecord:
+    """Send one streaming greedy /generate request (text, or token ids) and fill `record` with its timings.
 
     The end is the arrival of [DONE]. The asyncio client starts the clock when the request is written to an open
     connection (the server sees nothing before) and times each chunk in `data_received`, as its bytes arrive;
     aiohttp and httpx start it when the call is made and time a chunk when its line is handed over.
     """
-    payload = {"text": prompt, "stream": True,
-               "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0, "ignore_eos": True}}
+    payload = {"text" if isinstance(prompt, str) else "input_ids": prompt, "stream": True,
+               "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0, "ignore_eos": ignore_eos}}
+    record.max_new_tokens, record.ignore_eos = max_new_tokens, ignore_eos
     clock = time.perf_counter
     wall0, perf0 = time.time(), clock()
     record.start_ts = wall0
@@ -132,23 +138,114 @@ def cell_figures(records: list[RequestRecord]) -> dict:
                                                                                     for r in verify))
         if verify else None,
         "prompt_tokens_mean": (sum(r.prompt_tokens or 0 for r in done) / len(done)) if done else None,
+        "output_tokens_per_request": _lengths([r.completion_tokens for r in done if r.completion_tokens is not None]),
+        "finish_reasons": dict(Counter(str(r.finish_reason) for r in done)),
+        "at_concurrency_fraction": _at_concurrency_fraction(measured),
+        "steady_state": steady_state_figures(measured),
+    }
+
+
+def _lengths(values: list[int]) -> dict:
+    """Mean, min, median and max of per-request output lengths (they differ when requests stop naturally)."""
+    if not values:
+        return {"mean": None, "min": None, "p50": None, "max": None}
+    return {"mean": sum(values) / len(values), "min": min(values), "p50": metrics.median(values),
+            "max": max(values)}
+
+
+def _in_flight_steps(records: list[RequestRecord]) -> list[tuple[float, int]]:
+    """(time, requests in flight from then on) after every send and every completion, in time order."""
+    events = sorted([(r.start_ts, 1) for r in records if r.start_ts is not None and r.end_ts is not None] +
+                    [(r.end_ts, -1) for r in records if r.start_ts is not None and r.end_ts is not None])
+    steps, level = [], 0
+    for ts, delta in events:
+        level += delta
+        steps.append((ts, level))
+    return steps
+
+
+def _at_concurrency_fraction(records: list[RequestRecord]) -> float | None:
+    """Fraction of the cell's wall time with the full concurrency C in flight."""
+    if not records:
+        return None
+    conc, steps = records[0].concurrency, _in_flight_steps(records)
+    if len(steps) < 2 or steps[-1][0] <= steps[0][0]:
+        return None
+    full = sum(b[0] - a[0] for a, b in zip(steps, steps[1:], strict=False) if a[1] >= conc)
+    return full / (steps[-1][0] - steps[0][0])
+
+
+def steady_state_window(records: list[RequestRecord]) -> tuple[float, float] | None:
+    """(start, end) wall times of the steady state: from when C requests are first in flight until the first of
+    the last C completions; None when the cell never reaches C in flight or has no such window."""
+    if not records:
+        return None
+    conc = records[0].concurrency
+    steps = _in_flight_steps(records)
+    start = next((ts for ts, level in steps if level >= conc), None)
+    ends = sorted(r.end_ts for r in records if r.start_ts is not None and r.end_ts is not None)
+    if start is None or len(ends) < conc:
+        return None
+    end = ends[len(ends) - conc]
+    return (start, end) if end > start else None
+
+
+def _token_times(record: RequestRecord) -> list[float]:
+    """Wall arrival time of each output token, from the send time, TTFT and the per-token gaps."""
+    if record.start_ts is None or record.ttft_s is None:
+        return []
+    times = [record.start_ts + record.ttft_s]
+    for gap in record.itl_s:
+        times.append(times[-1] + gap)
+    return times
+
+
+def steady_state_figures(records: list[RequestRecord]) -> dict:
+    """Figures over the steady-state window only (see `steady_state_window`); all None without a window."""
+    window = steady_state_window(records)
+    if window is None:
+        return {"start_ts": None, "end_ts": None, "duration_s": None, "output_tokens": None,
+                "output_throughput_tok_s": None, "completed": None, "requests_per_s": None,
+                "ttft_s": metrics.percentiles([]), "tpot_s": metrics.percentiles([]), "in_flight_mean": None}
+    start, end = window
+    done = [r for r in records if r.ok]
+    tokens = sum(1 for r in done for t in _token_times(r) if start <= t <= end)
+    completed = sum(1 for r in done if r.end_ts is not None and start < r.end_ts <= end)
+    inside = [r for r in done if r.start_ts is not None and r.end_ts is not None and start <= r.start_ts
+              and r.end_ts <= end]
+    steps = _in_flight_steps(records)
+    area = 0.0
+    for (t0, level), (t1, _) in zip(steps, steps[1:], strict=False):
+        lo, hi = max(t0, start), min(t1, end)
+        if hi > lo:
+            area += level * (hi - lo)
+    duration = end - start
+    return {
+        "start_ts": start, "end_ts": end, "duration_s": duration, "output_tokens": tokens,
+        "output_throughput_tok_s": tokens / duration, "completed": completed, "requests_per_s": completed / duration,
+        "ttft_s": metrics.percentiles([r.ttft_s for r in inside if r.ttft_s is not None]),
+        "tpot_s": metrics.percentiles([r.decode_s / (r.completion_tokens - 1) for r in inside
+                                       if r.completion_tokens and r.completion_tokens > 1 and r.decode_s]),
+        "in_flight_mean": area / duration,
     }
 
 
 def group_figures(cells: list[dict]) -> list[dict]:
-    """Per (context, concurrency): median and 95% CI across repeats of the headline figures."""
-    keys: dict[tuple[int, int], list[dict]] = {}
+    """Per (workload, context, concurrency): median and 95% CI across repeats of the headline figures."""
+    keys: dict[tuple[str, int, int], list[dict]] = {}
     for cell in cells:
-        keys.setdefault((cell["context"], cell["concurrency"]), []).append(cell)
+        keys.setdefault((cell.get("workload", ""), cell["context"], cell["concurrency"]), []).append(cell)
     groups = []
-    for (context, conc), members in keys.items():
+    for (workload, context, conc), members in keys.items():
         groups.append({
-            "context": context, "concurrency": conc, "repeats": len(members),
+            "workload": workload, "context": context, "concurrency": conc, "repeats": len(members),
             "output_throughput_tok_s": metrics.summarize_repeats([c["output_throughput_tok_s"] for c in members]),
             "decode_tok_s": metrics.summarize_repeats([c["decode_tok_s"]["median"] for c in members]),
             "acceptance_length": metrics.summarize_repeats([c["acceptance_length"] for c in members]),
             "ttft_p50_s": metrics.summarize_repeats([c["ttft_s"]["p50"] for c in members]),
             "tpot_p50_s": metrics.summarize_repeats([c["tpot_s"]["p50"] for c in members]),
+            "steady_output_throughput_tok_s": metrics.summarize_repeats(
+                [c["steady_state"]["output_throughput_tok_s"] for c in members]),
         })
     return groups
 

@@ -72,7 +72,8 @@ def bench(**overrides: object) -> dict:
     """A benchmark section small enough for one fault (one context, few short requests)."""
     return {"contexts": [128], "concurrency": [1], "max_new_tokens": 8, "requests_per_cell": 4, "repeats": 1,
             "warmup_requests": 1, "max_failure_fraction": 0.05, "request_timeout_s": 10, "seed": 0,
-            "request_rate": None, **overrides}
+            "request_rate": None, "cell_order": "fixed",
+            "workloads": [{"name": "prose", "kind": "prose", "ignore_eos": True}], **overrides}
 
 
 def faulty(point_id: str, sim_args: list[str], benchmark: dict | None = None, **sections: dict) -> dict:
@@ -250,17 +251,17 @@ def test_crash_mid_benchmark_fails_the_point_and_keeps_the_requests_measured_bef
 
 
 def test_server_killed_between_cells_fails_with_server_crash(tmp_path, servers, monkeypatch):
-    from ddsweep.bench import cells
+    from ddsweep.bench.workloads import PromptBuilder
 
-    original = cells.prompts.build_prompt
+    original = PromptBuilder.build
 
-    def kill_on_second_context(target_tokens: int, *args: object, **kwargs: object) -> str:
+    def kill_on_second_context(self: PromptBuilder, target_tokens: int, *args: object, **kwargs: object) -> object:
         if target_tokens == 2048 and servers[-1].exited() is None:
             os.kill(servers[-1].process.pid, signal.SIGKILL)
             servers[-1].process.wait()
-        return original(target_tokens, *args, **kwargs)
+        return original(self, target_tokens, *args, **kwargs)
 
-    monkeypatch.setattr(cells.prompts, "build_prompt", kill_on_second_context)
+    monkeypatch.setattr(PromptBuilder, "build", kill_on_second_context)
     record = faulty("ar", [], bench(contexts=[128, 2048]))
     outcome = run_faulty(record, tmp_path / "ar", servers, "SIGKILL between cells")
     assert outcome.kind == "server_crash"

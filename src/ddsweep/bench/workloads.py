@@ -170,6 +170,8 @@ class PromptBuilder:
         random.Random(seed).shuffle(self.order)
         self.seed = seed
         self._base: dict[int, int] = {}
+        self._unfit: set[tuple[int, int]] = set()  # (item, target) pairs that padding cannot size
+        self._chars_per_token = 4.0  # learned from every sized prompt, so most take one or two /tokenize calls
 
     def _base_count(self, index: int) -> int:
         if index not in self._base:
@@ -185,13 +187,14 @@ class PromptBuilder:
         for step in range(n):
             index = self.order[(sequence + step) % n]
             base = self._base_count(index)
-            if base <= high:
+            if base <= high and (index, target) not in self._unfit:
                 prompt = self._grow(index, base, target, sequence)
                 if prompt is not None:
                     return prompt
+                self._unfit.add((index, target))
         smallest = min(self._base_count(i) for i in range(n))
         raise WorkloadError(f"workload {self.workload.name}: no prompt can be sized to context {target} within "
-                            f"{TOLERANCE:.0%} (the shortest has {smallest} tokens as the server counts them)")
+                            f"{2 * TOLERANCE:.0%} (the shortest has {smallest} tokens as the server counts them)")
 
     def _grow(self, index: int, base: int, target: int, sequence: int) -> Prompt | None:
         """Item `index` padded until the server's count is within TOLERANCE of `target` (None if it cannot be)."""
@@ -199,7 +202,7 @@ class PromptBuilder:
         if abs(base - target) <= TOLERANCE * target:
             return Prompt(self.tokenize(_with_padding(item, kind, "")), item.label)
         start = prompts.start_offset(sequence, self.seed) % max(1, len(self.padding))
-        chars, low, high = max(16, (target - base) * 4), 0, None
+        chars, low, high = max(16, int((target - base) * self._chars_per_token)), 0, None
         best: tuple[float, list[int]] | None = None
         for _ in range(MAX_ROUNDS):
             pad = _cut(self.padding, start, chars, kind)
@@ -208,6 +211,8 @@ class PromptBuilder:
             if best is None or err < best[0]:
                 best = (err, ids)
             if err <= TOLERANCE:
+                if len(ids) > base:
+                    self._chars_per_token = len(pad) / (len(ids) - base)
                 break
             if len(ids) < target:
                 low = max(low, chars)

@@ -292,6 +292,12 @@ def _check_analysis(config: dict) -> None:
     """Regimes must name cells of the benchmark matrix; priorities must name regimes."""
     analysis = config.get("analysis", {})
     bench = config["benchmark"]
+    workload_names = [w["name"] for w in bench.get("workloads") or []]
+    if len(set(workload_names)) != len(workload_names):
+        raise ConfigError(f"benchmark.workloads: names must be unique, got {workload_names}")
+    for i, workload in enumerate(bench.get("workloads") or []):
+        if workload["kind"] == "jsonl" and not workload.get("path"):
+            raise ConfigError(f"benchmark.workloads[{i}] ({workload['name']}): kind jsonl needs a path")
     names = []
     for i, regime in enumerate(analysis.get("regimes", [])):
         where = f"analysis.regimes[{i}]"
@@ -371,7 +377,8 @@ def estimate_minutes(config: dict, n_points: int) -> dict[str, float]:
     """GPU-time estimate for the whole sweep from the configured startup and per-cell times."""
     est = config.get("resources", {}).get("estimate", {})
     bench = config["benchmark"]
-    cells = len(bench["contexts"]) * len(bench["concurrency"]) * bench.get("repeats", 3)
+    cells = sum(len(w.get("contexts") or bench["contexts"]) * len(w.get("concurrency") or bench["concurrency"])
+                for w in bench.get("workloads") or [{}]) * bench.get("repeats", 3)
     coding = est.get("coding_min", 15) if config.get("coding_eval", {}).get("enabled", True) else 0.0
     per_point = est.get("startup_min", 10) + cells * est.get("cell_min", 1.5) + coding
     gpus = config.get("resources", {}).get("gpus", 8)

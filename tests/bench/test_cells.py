@@ -24,7 +24,6 @@ from ddsweep.bench.transport import (
     chunk_tokens,
 )
 
-
 PROSE_EOS = {"name": "prose", "kind": "prose", "ignore_eos": True}
 
 

@@ -283,7 +283,8 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
             if done["requests"] and done["failed"] > settings.max_failure_fraction * done["requests"]:
                 errors = sorted({r.error for r in recs if r.error})
                 raise BenchmarkError(
-                    f"cell {where} repeat={cell.repeat}: {done['failed']} of {done['requests']} requests failed "
+                    f"{workload.name} cell context={context} concurrency={conc} repeat={cell.repeat}: "
+                    f"{done['failed']} of {done['requests']} requests failed "
                     f"(allowed fraction {settings.max_failure_fraction:g}); errors: {'; '.join(errors[:3])}")
     finally:
         reporter_task.cancel()

@@ -80,6 +80,9 @@ def test_chat_prompts_are_sent_as_the_chat_template_renders_them(sims) -> None:
     with client:
         builder = PromptBuilder(Workload("prose", "prose"), tokenize)
         prompt = builder.build(256, 0)
+        other = PromptBuilder(Workload("prose", "prose"), tokenize)
+        other.build(1024, 3)
+        assert other.build(256, 0) == prompt  # a prompt never depends on the cells built before it
         messages = [{"role": "user", "content": "Hello"}]
         templated = client.post(sims["ddtree"].url + "/tokenize", json={"messages": messages}).json()
         raw = client.post(sims["ddtree"].url + "/tokenize", json={"prompt": "Hello"}).json()

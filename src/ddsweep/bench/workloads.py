@@ -25,6 +25,7 @@ from ddsweep.bench import prompts
 KINDS = ("coding", "prose", "jsonl")
 TOLERANCE = 0.02
 MAX_ROUNDS = 12
+SAMPLE_CHARS = 8000
 HUMANEVAL_FILE = "data/HumanEval.jsonl.gz"
 CODING_TASK = ("Complete the following Python function. Answer with the complete function (its signature, body and "
                "any imports or helpers it needs) in a single ```python code block.\n\n```python\n{prompt}```")
@@ -171,7 +172,10 @@ class PromptBuilder:
         self.seed = seed
         self._base: dict[int, int] = {}
         self._unfit: set[tuple[int, int]] = set()  # (item, target) pairs that padding cannot size
-        self._chars_per_token = 4.0  # learned from every sized prompt, so most take one or two /tokenize calls
+        # Characters per token of the padding text, measured once, so most prompts take one or two /tokenize
+        # calls; a prompt depends only on (item, target, sequence), never on which prompts were built before.
+        sample = self.padding[:SAMPLE_CHARS]
+        self._chars_per_token = len(sample) / max(1, len(self.tokenize({"prompt": sample})))
 
     def _base_count(self, index: int) -> int:
         if index not in self._base:
@@ -211,8 +215,6 @@ class PromptBuilder:
             if best is None or err < best[0]:
                 best = (err, ids)
             if err <= TOLERANCE:
-                if len(ids) > base:
-                    self._chars_per_token = len(pad) / (len(ids) - base)
                 break
             if len(ids) < target:
                 low = max(low, chars)

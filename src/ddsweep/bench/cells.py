@@ -250,7 +250,9 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
                     builders[workload.name] = await asyncio.to_thread(PromptBuilder, workload, tokenizer,
                                                                       settings.seed)
                 builder = builders[workload.name]
-                texts = [await asyncio.to_thread(builder.build, context, seq) for seq in cell.sequences]
+                # Concurrent /tokenize round trips (a prompt depends only on its number, not on the others).
+                texts = list(await asyncio.gather(*(asyncio.to_thread(builder.build, context, seq)
+                                                    for seq in cell.sequences)))
             except WorkloadError as exc:
                 raise BenchmarkError(f"cells of {where}: {exc}") from exc
             except (httpx.HTTPError, ValueError, KeyError) as exc:

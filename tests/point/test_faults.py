@@ -409,7 +409,7 @@ def test_workflow_keeps_going_past_a_crashing_point_and_reruns_only_it(tmp_path)
         "sweep": {"grid": {"budget": [4], "topk": [2], "block_size": [8], "window": [2048]},
                   "points": [{"preset": "crashy", "budget": 8, "topk": 4, "block_size": 8, "window": 2048}]},
         "benchmark": {"contexts": [128], "concurrency": [1], "max_new_tokens": 32, "requests_per_cell": 8,
-                      "repeats": 1, "warmup_requests": 1},
+                      "repeats": 1, "warmup_requests": 1, "workloads": [{"name": "coding", "kind": "coding"}]},
         "coding_eval": {"limit": 2, "concurrency": 2},
         "analysis": {"regimes": [{"name": "latency", "metric": "decode_tok_s", "context": 128, "concurrency": 1},
                                  {"name": "throughput", "metric": "output_throughput_tok_s", "context": 128,

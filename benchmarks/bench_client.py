@@ -97,7 +97,8 @@ def _cpu() -> float:
 def run_ddsweep(url: str, client: str, level: int, n: int, max_tokens: int) -> dict:
     """One `run_benchmark` cell; returns the client's figures and its window ends."""
     settings = BenchSettings(contexts=[128], concurrency=[level], max_new_tokens=max_tokens, requests_per_cell=n,
-                             repeats=1, warmup_requests=0, http_client=client)
+                             repeats=1, warmup_requests=0, http_client=client,
+                             workloads=[{"name": "prose", "kind": "prose", "ignore_eos": True}])
     with tempfile.TemporaryDirectory() as tmp:
         doc = run_benchmark(url, Path(tmp), settings, simulated=True)
         records = storage.read_jsonl(Path(tmp) / "requests.jsonl")

@@ -1,4 +1,4 @@
-"""Measure the benchmark client (`ddsweep.bench.loadgen`) against the stand-in server's own ground truth.
+"""Measure the benchmark client (`ddsweep.bench`) against the stand-in server's own ground truth.
 
 Starts `ddsweep sim-server` in a separate process with a fixed rate (exactly 4 tokens per 10 ms verify step,
 whatever the batch size), runs `run_benchmark` at several concurrency levels with each HTTP client, and prints
@@ -49,7 +49,7 @@ import httpx
 
 from ddsweep import storage
 from ddsweep.bench import metrics, prompts
-from ddsweep.bench.loadgen import BenchSettings, run_benchmark
+from ddsweep.bench.cells import BenchSettings, run_benchmark
 from ddsweep.sim import tokenizer as sim_tokenizer
 
 BENCH_SERVING_NAMES = ("RequestFuncInput", "RequestFuncOutput", "_create_bench_client_session", "get_auth_headers",
@@ -105,7 +105,8 @@ def _cpu() -> float:
 def run_ddsweep(url: str, client: str, level: int, n: int, max_tokens: int) -> dict:
     """One `run_benchmark` cell; returns the client's figures and its window ends."""
     settings = BenchSettings(contexts=[128], concurrency=[level], max_new_tokens=max_tokens, requests_per_cell=n,
-                             repeats=1, warmup_requests=0, http_client=client)
+                             repeats=1, warmup_requests=0, http_client=client,
+                             workloads=[{"name": "prose", "kind": "prose", "ignore_eos": True}])
     with tempfile.TemporaryDirectory() as tmp:
         doc = run_benchmark(url, Path(tmp), settings, simulated=True)
         records = storage.read_jsonl(Path(tmp) / "requests.jsonl")

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from ddsweep.bench.loadgen import RequestRecord, run_request
+from ddsweep.bench.records import RequestRecord, run_request
 from ddsweep.bench.transport import _HttpError, _StreamState, _transport
 
 fastapi = pytest.importorskip("fastapi", reason="needs fastapi (pip install -e '.[test]')")

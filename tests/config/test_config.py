@@ -103,8 +103,9 @@ def test_plan_lists_points_count_and_estimate(study):
     text = format_plan(config)
     assert "62 points" in text
     assert "bs16-b16-t8-woff" in text
-    # 10 min startup + 2 contexts x 4 concurrency x 3 repeats x 1.5 min + 15 min coding = 61 min per point.
-    assert "estimated 61 min per point" in text
+    # 10 min startup + (coding: 2 contexts x 4 concurrency + prose: 1 context x 2 concurrency) x 3 repeats
+    # x 1.5 min + 15 min coding = 70 min per point.
+    assert "30 benchmark cells per point" in text and "estimated 70 min per point" in text
 
 
 def test_load_config_merges_files_like_snakemake(tmp_path):

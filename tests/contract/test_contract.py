@@ -88,7 +88,7 @@ def test_unknown_flag_fails_like_sglangs_parser() -> None:
 
 def test_prompts_land_within_five_percent_of_every_target_as_counted_by_the_server(strict: Sim,
                                                                                    tmp_path: Path) -> None:
-    from ddsweep.bench.loadgen import BenchSettings, run_benchmark
+    from ddsweep.bench.cells import BenchSettings, run_benchmark
 
     settings = BenchSettings(contexts=[128, 1024, 4096], concurrency=[2], max_new_tokens=8, requests_per_cell=3,
                              repeats=1, warmup_requests=0)

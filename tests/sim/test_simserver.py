@@ -11,7 +11,14 @@ import pytest
 from standin import FAST, Sim
 
 from ddsweep.sim.cli import build_parser, build_settings, parse_unknown
-from ddsweep.sim.model import Knobs, ModelParams, expected_accept_length, step_time_s
+from ddsweep.sim.model import (
+    Knobs,
+    ModelParams,
+    expected_accept_length,
+    natural_length,
+    prompt_kind,
+    step_time_s,
+)
 
 FAULTY = ("--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "4", "--sim-fault",
           "ignore-knob:budget", "--sim-fault", "error-rate:0.5", "--sim-seed", "3", *FAST)
@@ -188,3 +195,23 @@ def test_sigterm_shuts_down_quickly(servers: dict[str, Sim]) -> None:
     sim = servers["ar"]
     sim.proc.terminate()
     assert sim.proc.wait(timeout=5) == 0
+
+
+def test_acceptance_depends_on_the_workload_and_post_eos_repetition() -> None:
+    p, knobs = ModelParams(), Knobs("ddtree", 8, 4, 8, 2048)
+    prose, code, post = (expected_accept_length(p, knobs, kind) for kind in ("prose", "code", "post_eos"))
+    assert prose + 0.5 < code < post
+    assert prompt_kind("Complete this:\n```python\ndef f(x):\n    pass\n```") == "code"
+    assert prompt_kind("The river rose in the spring.") == "prose"
+
+
+def test_ignore_eos_past_the_natural_end_is_accepted_more(servers: dict[str, Sim]) -> None:
+    sim = servers["ddtree"]
+    prompt = next(f"A story about rivers, part {i}." for i in range(1000) if natural_length(0, f"A story about "
+                                                                                          f"rivers, part {i}.") < 40)
+    stopped = sim.generate(prompt, 600, ignore_eos=False).json()["meta_info"]
+    forced = sim.generate(prompt, 600, ignore_eos=True).json()["meta_info"]
+    assert stopped["finish_reason"]["type"] == "stop" and stopped["completion_tokens"] < 40
+    assert forced["completion_tokens"] == 600
+    prose = expected_accept_length(ModelParams(), Knobs("ddtree", 8, 4, 8, 2048), "prose")
+    assert forced["spec_accept_length"] > prose + 1.0  # 560 of the 600 tokens come after the natural end

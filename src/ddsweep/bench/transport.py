@@ -1,5 +1,8 @@
-"""HTTP transports of the benchmark: SSE stream parsing, an incremental HTTP/1.1 response parser, and one
-streaming-POST transport per client (`asyncio`: a hand-written keep-alive HTTP/1.1 client; `aiohttp`; `httpx`)."""
+"""HTTP/1.1 streaming clients for the benchmark: SSE parsing, an incremental response parser and transports.
+
+The default transport is a raw asyncio Protocol that timestamps every chunk as its bytes arrive; httpx and aiohttp
+transports are kept for comparison (benchmarks/README.md).
+"""
 
 from __future__ import annotations
 

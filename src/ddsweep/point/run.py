@@ -184,7 +184,7 @@ def _check_alive(server: ManagedServer, step: str) -> None:
 def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun,
                progress: Callable[[str], None]) -> None:
     """Run the benchmark matrix against the server."""
-    from ddsweep.bench.loadgen import BenchmarkError, BenchSettings, run_benchmark
+    from ddsweep.bench.cells import BenchmarkError, BenchSettings, run_benchmark
 
     bench = record["benchmark"]
     settings = BenchSettings(**{k: v for k, v in bench.items() if k in BenchSettings.__dataclass_fields__})

@@ -32,6 +32,7 @@ from ddsweep.sim.model import (
     is_lossy_prompt,
     natural_length,
     prefill_time_s,
+    prompt_kind,
     stable_hash,
     step_time_s,
 )
@@ -44,6 +45,7 @@ LOG_EVERY_STEPS = 40
 # The meta_info keys SGLang 0.5.23 copies into an OpenAI response's sglext.spec_tokens_details.
 SPEC_DETAIL_KEYS = ("spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",
                     "spec_verify_ct")
+RENDERED_CACHE = 4096  # templated prompts remembered by /tokenize, so /generate input_ids can be traced back
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,7 @@ class SimServer:
         self.generate_count = 0
         self.step_count = 0
         self._ids = itertools.count(1)
+        self._rendered: dict[int, str] = {}
         self._fault_rngs = {k: random.Random(stable_hash("fault", k, settings.seed))
                             for k in ("error-rate", "malformed-rate", "cut-stream-rate")}
         self._stop: asyncio.Future | None = None
@@ -233,7 +236,7 @@ class SimServer:
             for req in batch:
                 if req.cancelled:
                     continue
-                n = min(req.sampler.draw(), len(req.pieces) - req.completion_tokens)
+                n = min(req.sampler.draw(req.completion_tokens), len(req.pieces) - req.completion_tokens)
                 if self.spec:
                     req.verify_ct += 1
                     self.total_verify += 1
@@ -357,15 +360,34 @@ class SimServer:
         """SGLang's /tokenize: `prompt` (string or list) or chat `messages`; answers tokens, count, max_model_len."""
         body = req.json()
         if body.get("messages") is not None:
-            text = _chat_prompt(body["messages"])
-        else:
-            text = body.get("prompt", body.get("text", "")) if not self.s.strict else body["prompt"]
+            if body.get("prompt") is not None:
+                raise ValueError("Exactly one of 'prompt' or 'messages' must be provided.")
+            rendered = render_chat(body["messages"])
+            ids = tokenizer.token_ids(rendered)
+            self._remember(ids, rendered)
+            conn.respond_json(200, {"tokens": ids, "count": len(ids), "max_model_len": CONTEXT_LENGTH})
+            return
+        text = body.get("prompt", body.get("text", "")) if not self.s.strict else body["prompt"]
         if isinstance(text, list):
             ids = [tokenizer.token_ids(str(t)) for t in text]
             conn.respond_json(200, {"tokens": ids, "count": [len(i) for i in ids], "max_model_len": CONTEXT_LENGTH})
             return
         ids = tokenizer.token_ids(str(text))
+        self._remember(ids, str(text))
         conn.respond_json(200, {"tokens": ids, "count": len(ids), "max_model_len": CONTEXT_LENGTH})
+
+    def _remember(self, ids: list[int], text: str) -> None:
+        """Keep the text behind token ids (the stand-in's ids cannot be decoded), oldest forgotten first."""
+        self._rendered[stable_hash(tuple(ids))] = text
+        while len(self._rendered) > RENDERED_CACHE:
+            del self._rendered[next(iter(self._rendered))]
+
+    def _text_of_ids(self, ids: list) -> str:
+        """The text a list of `input_ids` came from (via /tokenize), or a stand-in text of its length."""
+        if not ids or not all(isinstance(i, int) for i in ids):
+            raise ValueError("input_ids must be a non-empty list of integers")
+        key = stable_hash(tuple(ids))
+        return self._rendered.get(key) or " ".join(f"t{key % 9973}x{i}" for i in range(len(ids)))
 
     def _stats(self, conn: Connection, req: HttpRequest) -> None:
         rows = [{"rid": r.rid, "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
@@ -395,7 +417,9 @@ class SimServer:
             finish = "length" if n >= max_new else "stop"
         if not pieces:
             pieces, finish = [" "], "stop"
-        sampler = AcceptanceSampler(self.s.params, self.s.knobs, seed, stable_hash(prompt))
+        eos_at = natural_length(seed, prompt) if ignore_eos and answer is None else None
+        sampler = AcceptanceSampler(self.s.params, self.s.knobs, seed, stable_hash(prompt), prompt_kind(prompt),
+                                    eos_at)
         return GenRequest(rid=uuid.uuid4().hex, prompt=prompt, prompt_tokens=max(1, tokenizer.count(prompt)),
                           pieces=pieces, finish_type=finish, max_new_tokens=max_new, sampler=sampler,
                           on_step=lambda r, t: None, on_done=lambda r: None, record=record)
@@ -437,8 +461,10 @@ class SimServer:
     def _generate(self, conn: Connection, req: HttpRequest) -> None:
         body = req.json()
         text = body.get("text")
+        if text is None and body.get("input_ids") is not None:
+            text = self._text_of_ids(body["input_ids"])
         if text is None:
-            raise ValueError("only 'text' input is supported by the stand-in")
+            raise ValueError("only 'text' or 'input_ids' input is supported by the stand-in")
         sp = body.get("sampling_params") or {}
         max_new = int(sp.get("max_new_tokens", 128))
         ignore_eos = bool(sp.get("ignore_eos", False))
@@ -500,7 +526,7 @@ class SimServer:
         body = req.json()
         if chat:
             messages = body.get("messages") or []
-            prompt = _chat_prompt(messages)
+            prompt = render_chat(messages)
             answer = self._coding(messages, self.s.seed) if self._coding else None
         else:
             prompt, answer = str(body.get("prompt", "")), None
@@ -595,8 +621,8 @@ class SimServer:
         self._openai(conn, req, chat=False)
 
 
-def _chat_prompt(messages: list[dict]) -> str:
-    """The stand-in's chat template (Qwen-style) applied to `messages`, ending with the assistant turn."""
+def render_chat(messages: list[dict]) -> str:
+    """The stand-in's chat template (ChatML, with the assistant turn opened), as SGLang applies a model's."""
     return "".join(f"<|im_start|>{m.get('role', 'user')}\n{_content(m)}<|im_end|>\n"
                    for m in messages) + "<|im_start|>assistant\n"
 

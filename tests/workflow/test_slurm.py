@@ -123,7 +123,7 @@ def test_a_config_change_to_one_point_submits_only_that_point(demo_run):
 def test_a_point_requesting_gpus_gets_them_from_slurm(tmp_path):
     workdir = copy_workflow(tmp_path)
     extra = write_config(workdir, "gpus.yaml", {"resources": {"gpus": 2}, **NO_CODING})
-    done = snakemake(workdir, extra, targets=("results/points/ar/status.json",))
+    done = snakemake(workdir, extra, targets=("results/points/ar/done.json",))
     assert done.returncode == 0, _output(done)[-3000:]
     assert submitted_points(_output(done)) == ["ar"]
     environment = json.loads((workdir / "results/points/ar/environment.json").read_text())
@@ -165,7 +165,7 @@ def test_a_cancelled_point_leaves_no_server_and_is_rerun(tmp_path):
     launcher[launcher.index("--sim-startup-delay") + 1] = "30"
     marked = write_config(workdir, "marked.yaml", {"engine": {"env": {name: value}}, **NO_CODING})
     slow = write_config(workdir, "slow.yaml", {"engine": {"launcher": launcher}})
-    command = [str(SNAKEMAKE), "results/points/ar/status.json", "--cores", "all", "--profile", "slurm",
+    command = [str(SNAKEMAKE), "results/points/ar/done.json", "--cores", "all", "--profile", "slurm",
                "--slurm-init-seconds-before-status-checks", "2", "--configfile", ".test/config.yaml", marked, slow]
     with open(tmp_path / "cancelled.log", "w") as log:
         run = subprocess.Popen(command, cwd=workdir, env=venv_env(), stdout=log, stderr=subprocess.STDOUT)
@@ -185,7 +185,7 @@ def test_a_cancelled_point_leaves_no_server_and_is_rerun(tmp_path):
     failure = json.loads((point / "failure.json").read_text())
     assert failure["error_kind"] == "interrupted", failure
     assert "SIGTERM" in failure["error"]
-    done = snakemake(workdir, marked, targets=("results/points/ar/status.json",))
+    done = snakemake(workdir, marked, targets=("results/points/ar/done.json",))
     assert done.returncode == 0, _output(done)[-3000:]
     assert submitted_points(_output(done)) == ["ar"]
     assert (point / "status.json").exists()

@@ -19,7 +19,7 @@ rule study_config:
 
 rule summarize:
     input:
-        points=point_status_files(),
+        points=point_done_files(),
         config="results/study_config.yaml",
     output:
         summary=report(

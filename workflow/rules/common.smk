@@ -25,16 +25,16 @@ PLOTS = [
     "pareto",
     "coding",
 ]
-TABLES = ["points", "bench_cells", "bench_groups", "coding", "overview"]
+TABLES = ["points", "bench_cells", "bench_groups", "coding", "overview", "failures", "jobs"]
 
 
 wildcard_constraints:
     point="|".join(POINTS) or "(?!)",
 
 
-def point_status_files():
-    """The completion marker of every point in this configuration."""
-    return expand("results/points/{point}/status.json", point=list(POINTS))
+def point_done_files():
+    """The terminal marker of every point in this configuration: completed, or failed because of its settings."""
+    return expand("results/points/{point}/done.json", point=list(POINTS))
 
 
 def point_record_json(wildcards):
@@ -51,6 +51,24 @@ def slurm_gpu_request():
     """The generic-resource GPU request for one point job."""
     gpus = RESOURCES.get("gpus", 8)
     return f"gpu:{gpus}" if gpus else ""
+
+
+def slurm_extra_flags():
+    """sbatch flags the plugin has no resource for: whole nodes, node list, the pre-timeout signal, one task per node."""
+    gpus = RESOURCES.get("gpus", 8)
+    exclusive = RESOURCES.get("exclusive")
+    flags = []
+    if exclusive or (exclusive is None and gpus > 0):
+        flags.append("--exclusive")
+    if RESOURCES.get("nodelist"):
+        flags.append(f"--nodelist={RESOURCES['nodelist']}")
+    if RESOURCES.get("signal_lead_s", 120):
+        flags.append(f"--signal=TERM@{RESOURCES.get('signal_lead_s', 120)}")
+    if RESOURCES.get("nodes", 1) > 1:
+        flags.append("--ntasks-per-node=1")
+    if RESOURCES.get("slurm_extra"):
+        flags.append(RESOURCES["slurm_extra"])
+    return " ".join(flags)
 
 
 def final_outputs():

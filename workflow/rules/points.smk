@@ -1,8 +1,10 @@
 rule run_point:
     input:
         preflight=lambda wildcards: f"results/preflight/{POINTS[wildcards.point].preset}.json",
+    # done.json is written when the point completed or failed because of its configuration (a result of the
+    # study); an interruption from outside (time limit, preemption, scancel) fails the job, which is retried.
     output:
-        status="results/points/{point}/status.json",
+        done="results/points/{point}/done.json",
     log:
         "results/logs/points/{point}.log",
     conda:
@@ -23,7 +25,10 @@ rule run_point:
         runtime=RESOURCES.get("runtime_min", 240),
         cpus_per_task=RESOURCES.get("cpus_per_task", 8),
         mem_mb=RESOURCES.get("mem_mb", 64000),
-        slurm_extra=RESOURCES.get("slurm_extra") or "",
+        constraint=RESOURCES.get("constraint"),
+        nodes=RESOURCES.get("nodes", 1),
+        slurm_extra=slurm_extra_flags(),
+    retries: RESOURCES.get("retries", 2)
     shell:
-        "ddsweep run-point --record {params.record:q} --out {params.outdir} > {log} 2>&1 "
+        "ddsweep run-point --record {params.record:q} --out {params.outdir} --done {output.done} > {log} 2>&1 "
         "|| (tail -n 30 {log} >&2; exit 1)"

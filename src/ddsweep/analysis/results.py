@@ -44,6 +44,14 @@ GROUP_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", *KNOBS, "context", "concurrency", "metric", "median", "ci_low", "ci_high", "repeats",
     "simulated",
 )
+FAILURE_COLUMNS: tuple[str, ...] = (
+    "point_id", "kind", "preset", *KNOBS, "status", "error_kind", "reason", "step", "duration_s", "host",
+    "slurm_job_id", "simulated",
+)
+JOB_COLUMNS: tuple[str, ...] = (
+    "point_id", "status", "host", "slurm_job_id", "slurm_nodelist", "slurm_partition", "gpu_name", "started_utc",
+    "duration_s", "simulated",
+)
 CODING_COLUMNS: tuple[str, ...] = (
     "point_id", "task_id", "passed", "error_kind", "finish_reason", "truncated", "completion_tokens",
     "simulated",
@@ -68,6 +76,7 @@ class PointRecord:
     environment: dict[str, Any] = field(default_factory=dict)
     verification_ok: bool | None = None
     issues: list[str] = field(default_factory=list)
+    outcome: dict[str, Any] = field(default_factory=dict)
 
     def knobs(self) -> dict[str, int | None]:
         """Return the four knobs as a dict (None where a knob does not apply or the window is off)."""
@@ -127,6 +136,39 @@ class ResultSet:
                 "hostname": p.environment.get("hostname"),
             })
         return _frame(rows, POINT_COLUMNS)
+
+    def failures_frame(self) -> pd.DataFrame:
+        """Return one row per point that did not complete: its kind, knobs, error kind and a one-line reason."""
+        rows = [{"point_id": p.point_id, "kind": p.kind, "preset": p.preset, **p.knobs(), "status": p.status,
+                 "error_kind": p.error_kind, "reason": first_line(p.error),
+                 "step": next((k for k, v in p.outcome.get("steps", {}).items() if v == "started"), None)
+                 if isinstance(p.outcome.get("steps"), dict) else None,
+                 "duration_s": p.outcome.get("duration_s"), "host": p.outcome.get("host"),
+                 "slurm_job_id": p.outcome.get("slurm_job_id"), "simulated": p.simulated}
+                for p in self.points if p.status != "ok"]
+        return _frame(rows, FAILURE_COLUMNS)
+
+    def jobs_frame(self) -> pd.DataFrame:
+        """Return where each point ran: host, Slurm job id, node list, partition, GPU model, duration."""
+        rows = []
+        for p in self.points:
+            slurm = p.environment.get("slurm") if isinstance(p.environment.get("slurm"), dict) else {}
+            gpus = p.environment.get("gpus") if isinstance(p.environment.get("gpus"), list) else []
+            rows.append({"point_id": p.point_id, "status": p.status,
+                         "host": p.outcome.get("host") or p.environment.get("hostname"),
+                         "slurm_job_id": p.outcome.get("slurm_job_id") or slurm.get("job_id"),
+                         "slurm_nodelist": p.outcome.get("slurm_nodelist") or slurm.get("nodelist"),
+                         "slurm_partition": slurm.get("partition"),
+                         "gpu_name": gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None,
+                         "started_utc": p.outcome.get("started_utc"), "duration_s": p.outcome.get("duration_s"),
+                         "simulated": p.simulated})
+        return _frame(rows, JOB_COLUMNS)
+
+
+def first_line(text: str | None) -> str | None:
+    """The first non-empty line of a message (a failure's one-line reason)."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[0] if lines else None
 
 
 def window_label(window: int | float | None) -> str:
@@ -252,6 +294,9 @@ def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, li
 
     status = _read_json(directory / "status.json", issues, required=False)
     failure = _read_json(directory / "failure.json", issues, required=False)
+    outcome = failure if isinstance(failure, dict) else status
+    if isinstance(outcome, dict):
+        record.outcome = outcome
     if isinstance(failure, dict):
         record.status = "failed"
         record.error_kind = failure.get("error_kind")
@@ -565,7 +610,8 @@ def write_tables(results: ResultSet, tables_dir: str | Path, overview: pd.DataFr
     tables_dir = Path(tables_dir)
     frames = {
         "points": results.points_frame(), "bench_cells": results.cells, "bench_groups": results.groups,
-        "coding": results.coding, "overview": overview,
+        "coding": results.coding, "overview": overview, "failures": results.failures_frame(),
+        "jobs": results.jobs_frame(),
     }
     paths = {}
     for name, frame in frames.items():

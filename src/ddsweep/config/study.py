@@ -311,6 +311,9 @@ def _check_analysis(config: dict) -> None:
                                       f"regimes: {', '.join(names)}")
 
 
+SIGNAL_MARGIN_S = 10  # seconds run-point needs after stopping the server to write failure.json
+
+
 def _check_resources(config: dict) -> None:
     """The server's startup timeout must fit inside the job's runtime, with room for the measurements."""
     resources_cfg = config.get("resources", {})
@@ -319,6 +322,15 @@ def _check_resources(config: dict) -> None:
     if startup_s >= runtime_s:
         raise ConfigError(f"engine.startup_timeout_s: {startup_s:g} s does not fit inside resources.runtime_min "
                           f"({runtime_s / 60:g} min); the job would be killed before the server is up")
+    lead_s = resources_cfg.get("signal_lead_s", 120)
+    shutdown_s = config["engine"].get("shutdown_timeout_s", 60)
+    if lead_s and lead_s >= runtime_s:
+        raise ConfigError(f"resources.signal_lead_s: {lead_s} s is not shorter than resources.runtime_min "
+                          f"({runtime_s / 60:g} min)")
+    if lead_s and shutdown_s + SIGNAL_MARGIN_S > lead_s:
+        raise ConfigError(f"engine.shutdown_timeout_s: {shutdown_s:g} s plus {SIGNAL_MARGIN_S} s to record the "
+                          f"interruption does not fit inside resources.signal_lead_s ({lead_s} s): at the time "
+                          "limit Slurm would kill the server before run-point has stopped it")
 
 
 def _check_coding(config: dict) -> None:

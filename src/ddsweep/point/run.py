@@ -8,8 +8,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -33,6 +35,10 @@ from ddsweep.point.lifecycle import (
 from ddsweep.storage import write_json_atomic
 
 PORT_ATTEMPTS = 3
+# Failures that are not a result of the point's configuration: the job fails (and is retried) instead of
+# recording a terminal outcome. `config`: the launcher, SGLang or the GPU is missing on this machine; `io`: the
+# results could not be written; `interrupted`: a signal from outside (time limit, preemption, scancel).
+NOT_A_RESULT = ("config", "io", "interrupted")
 
 
 class PointFailed(RuntimeError):
@@ -64,7 +70,13 @@ class PointRun:
                 "started_utc": self.started_utc,
                 "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "duration_s": round(time.monotonic() - self.started, 3), "startup_s": self.startup_s,
-                "steps": dict(self.steps), **extra}
+                "steps": dict(self.steps), **job_placement(), **extra}
+
+
+def job_placement() -> dict[str, Any]:
+    """Where this run executes: host name, and the Slurm job id and node list when under Slurm."""
+    return {"host": socket.gethostname(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "slurm_nodelist": os.environ.get("SLURM_JOB_NODELIST")}
 
 
 def _stderr(message: str) -> None:
@@ -273,10 +285,23 @@ def _run_point_command(args: argparse.Namespace) -> int:
     except PointFailed as exc:
         print(f"ddsweep run-point: point {record['point_id']} FAILED ({exc.kind}): {exc}\n"
               f"  details: {out_dir / 'failure.json'}; server log: {out_dir / 'server.log'}", file=sys.stderr)
+        if args.done and exc.kind not in NOT_A_RESULT:
+            write_json_atomic(args.done, done_record(record["point_id"], "failed", exc.kind, str(exc)))
+            print(f"  recorded as a result of the study in {args.done}", file=sys.stderr)
+            return 0
         return 143 if exc.kind == "interrupted" else 1
+    if args.done:
+        write_json_atomic(args.done, done_record(record["point_id"], "ok"))
     label = " [SIMULATED]" if status["simulated"] else ""
     print(f"point {record['point_id']} done in {status['duration_s']:.1f} s{label}: {out_dir}", file=sys.stderr)
     return 0
+
+
+def done_record(point_id: str, status: str, error_kind: str | None = None, error: str | None = None) -> dict:
+    """The terminal marker of a point: completed, or failed because of its configuration (one-line reason)."""
+    reason = (error or "").strip().splitlines()[0] if error else None
+    return {"point_id": point_id, "status": status, "error_kind": error_kind, "reason": reason,
+            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -288,5 +313,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--record", help="the point's record as JSON (what the workflow passes)")
     parser.add_argument("--config", "-c", nargs="+", default=["config/config.yaml"], help="configuration file(s)")
     parser.add_argument("--out", help="output directory (default results/points/POINT)")
+    parser.add_argument("--done", metavar="FILE",
+                        help="write the point's terminal outcome here and exit 0 when it completed or failed "
+                             "because of its configuration; interruptions and missing software still exit non-zero")
     parser.set_defaults(func=_run_point_command)
 

@@ -28,7 +28,9 @@ rule run_point:
         constraint=RESOURCES.get("constraint"),
         nodes=RESOURCES.get("nodes", 1),
         slurm_extra=slurm_extra_flags(),
-    retries: RESOURCES.get("retries", 2)
+    # Retries are resubmissions by the Snakemake on the submit host: inside a Slurm job (remote execution) a retry
+    # would rerun the point in the same allocation, whose time is up.
+    retries: 0 if workflow.remote_exec else RESOURCES.get("retries", 2)
     shell:
         "ddsweep run-point --record {params.record:q} --out {params.outdir} --done {output.done} > {log} 2>&1 "
         "|| (tail -n 30 {log} >&2; exit 1)"

@@ -118,9 +118,12 @@ def _archive_previous_attempt(out_dir: Path) -> None:
         entry.rename(target / entry.name)
 
 
-def _install_signal_handlers() -> dict:
-    """Turn SIGTERM/SIGINT into an Interrupted exception so the server is always stopped."""
+def _install_signal_handlers(received: list[str]) -> dict:
+    """Turn SIGTERM/SIGINT into an Interrupted exception so the server is always stopped; `received` keeps the
+    signal's name, because the exception can be swallowed (e.g. inside an event loop) while Slurm's signal, sent
+    to every process of the job step, also stops the server and makes the step in progress fail."""
     def handler(signum: int, _frame: object) -> None:
+        received.append(signal.Signals(signum).name)
         raise Interrupted(signal.Signals(signum).name)
 
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -227,7 +230,8 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
     _archive_previous_attempt(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     run = PointRun(point_id=record["point_id"], simulated=bool(record.get("simulated")))
-    previous = _install_signal_handlers()
+    received: list[str] = []
+    previous = _install_signal_handlers(received)
     server: ManagedServer | None = None
     try:
         try:
@@ -249,6 +253,11 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
                 killed = server.stop()
                 run.steps["stop"] = "ok" if not killed else f"killed {len(killed)} process(es) that ignored SIGTERM"
     except PointFailed as exc:
+        if received and exc.kind not in NOT_A_RESULT:
+            message = (f"interrupted by {received[0]}; the server was stopped and the point is incomplete (rerun "
+                       f"it); what failed after the signal: {exc.kind}: {exc}")
+            write_json_atomic(out_dir / "failure.json", run.record("failed", error_kind="interrupted", error=message))
+            raise PointFailed("interrupted", message) from None
         write_json_atomic(out_dir / "failure.json", run.record("failed", error_kind=exc.kind, error=str(exc)))
         raise
     except Interrupted as exc:

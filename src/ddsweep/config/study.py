@@ -24,7 +24,8 @@ KNOBS = ("budget", "topk", "block_size", "window")
 # Knobs each kind of point uses; the others are None for that kind.
 KIND_KNOBS = {"ddtree": KNOBS, "dflash": ("block_size", "window"), "ar": ()}
 # Placeholders a command template, environment value or verify value may use besides the knobs.
-SERVER_PLACEHOLDERS = ("model_path", "served_model_name", "drafter_path", "host", "port", "python")
+SERVER_PLACEHOLDERS = ("model_path", "served_model_name", "drafter_path", "host", "port", "python", "nnodes",
+                       "node_rank", "dist_init_addr")
 CODING_PROBLEMS = 164
 DEMO_HINT = "to try the pipeline without a GPU, run the demo: snakemake --cores all --configfile .test/config.yaml"
 
@@ -376,6 +377,10 @@ def point_record(config: dict, point: Point) -> dict:
         "preset": preset,
         "benchmark": config["benchmark"],
         "coding_eval": config.get("coding_eval", {"enabled": False}),
+        # only for multi-node points, so that single-node records (and their Snakemake params) stay as they were
+        **({"group": {"nnodes": nodes, "gpus_per_node": config["resources"].get("gpus", 8),
+                      "cpus_per_task": config["resources"].get("cpus_per_task", 8)}}
+           if (nodes := config.get("resources", {}).get("nodes", 1)) > 1 else {}),
     }
 
 

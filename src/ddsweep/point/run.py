@@ -32,6 +32,7 @@ from ddsweep.point.lifecycle import (
     render_server,
     verify_settings,
 )
+from ddsweep.point.multinode import group_spec, is_multinode
 from ddsweep.storage import write_json_atomic
 
 PORT_ATTEMPTS = 3
@@ -137,6 +138,8 @@ def _start_server(record: dict, out_dir: Path, run: PointRun, progress: Callable
         spec = render_server(record, find_free_port(host))
         if attempt == 1:
             check_local_engine(record, spec.command)
+        if is_multinode(record):
+            spec = group_spec(record, spec.port, out_dir)
         write_json_atomic(out_dir / "point.json", {
             "point_id": record["point_id"], "preset": record["point"]["preset"], "kind": record["point"]["kind"],
             "knobs": {k: record["point"][k] for k in ("budget", "topk", "block_size", "window")},

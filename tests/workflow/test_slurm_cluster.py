@@ -1,6 +1,6 @@
-"""Cluster resources and time limits on the local Slurm: the resource keys reach sbatch (read back through
-`scontrol show job`), and a point that reaches its time limit is stopped by the pre-timeout signal, records
-`interrupted` with what it measured so far, leaves no process behind and is resubmitted."""
+"""Cluster features on the local Slurm: the resource keys reach sbatch (read back through `scontrol show job`); a
+point that reaches its time limit is stopped by the pre-timeout signal, records `interrupted` with what it
+measured so far, leaves no process behind and is resubmitted; a two-node point runs one server per task."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import subprocess
 import uuid
 
 import yaml
-from conftest import copy_workflow, venv_env
+from conftest import ROOT, copy_workflow, demo_record, venv_env
 from test_slurm import (
     NO_CODING,
     SNAKEMAKE,
@@ -87,3 +87,36 @@ def test_a_point_at_its_time_limit_is_signalled_recorded_as_interrupted_and_resu
 def _ended(run: subprocess.Popen) -> None:
     """Fail at once when Snakemake has exited before submitting anything (e.g. a configuration error)."""
     assert run.poll() is None, "snakemake exited before submitting the point"
+
+
+def test_a_two_node_point_runs_one_server_per_task_and_leaves_no_process(tmp_path):
+    """Two tasks of one job stand in for two nodes: run-point in a job step, as the Slurm executor runs it."""
+    marker = f"DDSWEEP_SLURM_TEST={uuid.uuid4().hex}"
+    name, value = marker.split("=")
+    ar = yaml.safe_load((ROOT / "config/config.yaml").read_text())["engine"]["presets"]["ar"]
+    group_args = ["--nnodes", "{nnodes}", "--node-rank", "{node_rank}", "--dist-init-addr", "{dist_init_addr}"]
+    preset = {**ar, "args": ar["args"] + group_args}
+    record = demo_record("ar", engine={"env": {name: value}, "presets": {"ar": preset}},
+                         benchmark={"requests_per_cell": 2, "repeats": 1},
+                         resources={"nodes": 2, "gpus": 0, "cpus_per_task": 1}, **NO_CODING)
+    (tmp_path / "record.json").write_text(json.dumps(record))
+    out = tmp_path / "p"
+    job_id = subprocess.run(
+        ["sbatch", "--parsable", "--ntasks=2", "--nodes=1", "--time=5", f"--output={tmp_path / 'job.log'}",
+         "--wrap", f"srun -n1 --nodes=1 ddsweep run-point --record \"$(cat {tmp_path / 'record.json'})\" "
+                   f"--out {out} --done {out / 'done.json'}"],
+        capture_output=True, text=True, check=True, timeout=30, env=venv_env(), cwd=tmp_path).stdout.strip()
+    _wait_for(lambda: job_id not in subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                                                   timeout=30).stdout.split(), 240, f"Slurm job {job_id} to end")
+    log = (tmp_path / "job.log").read_text()
+    assert json.loads((out / "done.json").read_text())["status"] == "ok", log[-3000:]
+    status = json.loads((out / "status.json").read_text())
+    assert status["steps"]["stop"] == "ok" and status["slurm_job_id"] == job_id
+    ranks = json.loads((out / "ranks.json").read_text())
+    assert ranks["nnodes"] == 2 and ranks["srun"][:3] == ["srun", "--overlap", "--ntasks=2"]
+    assert [c[c.index("--node-rank") + 1] for c in ranks["commands"]] == ["0", "1"]
+    server_log = (out / "server.log").read_text()
+    assert "node rank 1 joined (2 of 2)" in server_log
+    assert server_log.index("node rank 1 joined (2 of 2)") < server_log.index("Serving HTTP")  # rank 0 waited
+    assert f"dist_init_addr='{ranks['dist_init_addr']}'" in server_log
+    assert not _marked_processes(marker)

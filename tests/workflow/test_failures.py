@@ -83,6 +83,7 @@ def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables
     assert len(jobs) == len(failed) + 3 and all(r["host"] for r in jobs.values())
 
     summary = (workdir / "reports/optimization_summary.md").read_text()
+    assert "snakemake --cores all --configfile .test/config.yaml --configfile faults.yaml" in summary
     for point, kind in failed.items():
         assert f"`{point}` **failed** ({kind})" in summary
     bundle = workdir / json.loads((workdir / "reports/bundle.json").read_text())["bundle"]

@@ -91,7 +91,8 @@ def test_the_demo_runs_end_to_end_through_slurm(demo_run):
         assert (workdir / "results/points" / point / "status.json").exists()
     assert sorted(p.name for p in (workdir / "results/preflight").iterdir()) == ["ar.json", "ddtree.json",
                                                                                "dflash.json"]
-    assert (workdir / "reports/optimization_summary.md").exists()
+    summary = (workdir / "reports/optimization_summary.md").read_text()
+    assert "snakemake --cores all --profile slurm --configfile .test/config.yaml" in summary  # how to reproduce
     assert (workdir / "reports/bundle.json").exists()
 
 
@@ -163,7 +164,8 @@ def test_a_cancelled_point_leaves_no_server_and_is_rerun(tmp_path):
     demo = yaml.safe_load((workdir / ".test/config.yaml").read_text())
     launcher = list(demo["engine"]["launcher"])
     launcher[launcher.index("--sim-startup-delay") + 1] = "30"
-    marked = write_config(workdir, "marked.yaml", {"engine": {"env": {name: value}}, **NO_CODING})
+    marked = write_config(workdir, "marked.yaml", {"engine": {"env": {name: value}}, "resources": {"retries": 0},
+                                                   **NO_CODING})
     slow = write_config(workdir, "slow.yaml", {"engine": {"launcher": launcher}})
     command = [str(SNAKEMAKE), "results/points/ar/done.json", "--cores", "all", "--profile", "slurm",
                "--slurm-init-seconds-before-status-checks", "2", "--configfile", ".test/config.yaml", marked, slow]

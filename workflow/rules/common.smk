@@ -1,4 +1,5 @@
 import json
+import os
 
 from snakemake.utils import validate
 
@@ -15,6 +16,21 @@ validate(config, schema="../schemas/config.schema.yaml")
 
 POINTS = {point.point_id: point for point in expand_points(STUDY)}
 RESOURCES = STUDY.get("resources", {})
+
+
+def reproduce_command():
+    """The command of this run for the summary: `--profile slurm` under the Slurm executor, and the config files."""
+    plugin = workflow.executor_plugin
+    words = ["snakemake", "--cores", "all"]
+    if plugin is not None and plugin.name == "slurm":
+        words += ["--profile", "slurm"]
+    for path in workflow.config_settings.configfiles:
+        words += ["--configfile", os.path.relpath(path)]
+    return " ".join(words)
+
+
+# The summary's "How to reproduce" shows the exact command, unless the configuration gives one.
+STUDY.setdefault("reproduce_command", reproduce_command())
 
 PLOTS = [
     "throughput_vs_concurrency",

@@ -1,5 +1,7 @@
+import argparse
 import json
 import os
+import sys
 
 from snakemake.utils import validate
 
@@ -19,11 +21,17 @@ RESOURCES = STUDY.get("resources", {})
 
 
 def reproduce_command():
-    """The command of this run for the summary: `--profile slurm` under the Slurm executor, and the config files."""
-    plugin = workflow.executor_plugin
+    """The command of this run for the summary: its profile or executor (from the command line: the executor is not
+    known yet while the Snakefile is read) and its config files."""
     words = ["snakemake", "--cores", "all"]
-    if plugin is not None and plugin.name == "slurm":
-        words += ["--profile", "slurm"]
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--profile")
+    parser.add_argument("--executor", "-e")
+    given, _ = parser.parse_known_args(sys.argv[1:])
+    if given.profile:
+        words += ["--profile", given.profile]
+    elif given.executor and given.executor != "local":
+        words += ["--executor", given.executor]
     for path in workflow.config_settings.configfiles:
         words += ["--configfile", os.path.relpath(path)]
     return " ".join(words)

@@ -15,7 +15,9 @@ from ddsweep.analysis.results import (
     GROUP_COLUMNS,
     JOB_COLUMNS,
     POINT_COLUMNS,
+    PointRecord,
     Regime,
+    failure_patterns,
     load_results,
     lossless_vs_ar,
     overview_table,
@@ -51,6 +53,18 @@ def test_failures_table_lists_every_point_that_did_not_complete_with_a_one_line_
         assert failures.loc[pid, "error_kind"] == kind
         assert failures.loc[pid, "reason"] == results.point(pid).error.strip().splitlines()[0].strip()
     assert set(results.jobs_frame()["point_id"]) == {p.point_id for p in results.points}
+
+
+def test_a_knob_threshold_that_separates_failed_points_is_stated():
+    def point(budget: int, kind: str | None) -> PointRecord:
+        return PointRecord(f"b{budget}", "ddtree", budget=budget, topk=4, block_size=8, window=2048,
+                           status="failed" if kind else "ok", error_kind=kind)
+    points = [point(8, None), point(16, None), point(24, "startup_exit"), point(32, "startup_exit")]
+    assert failure_patterns(points) == ["every point with budget >= 24 failed (startup_exit): b24, b32"]
+    points[1] = point(16, "verify")
+    assert failure_patterns(points) == ["every point with budget >= 24 failed (startup_exit): b24, b32"]
+    points[0] = point(40, None)  # a completed point above the threshold: no pattern
+    assert failure_patterns(points) == []
 
 
 def test_tables_have_schema_columns_and_one_row_per_measurement(tmp_path: Path) -> None:

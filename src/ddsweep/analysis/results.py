@@ -165,6 +165,28 @@ class ResultSet:
         return _frame(rows, JOB_COLUMNS)
 
 
+def failure_patterns(points: list[PointRecord]) -> list[str]:
+    """Sentences for knob thresholds that separate failed points from the rest, e.g. 'every point with budget >= 24
+    failed (startup_exit): ...'; only where at least two points failed that way and some point below (or above)
+    the threshold did not."""
+    sentences = []
+    for kind in sorted({p.error_kind for p in points if p.status == "failed" and p.error_kind}):
+        failed = [p for p in points if p.status == "failed" and p.error_kind == kind]
+        for knob in KNOBS:
+            values = [getattr(p, knob) for p in failed]
+            if len(failed) < 2 or any(v is None for v in values):
+                continue
+            for symbol, bound, beyond in ((">=", min(values), lambda v, b: v >= b),
+                                          ("<=", max(values), lambda v, b: v <= b)):
+                with_knob = [p for p in points if getattr(p, knob) is not None]
+                inside = [p for p in with_knob if beyond(getattr(p, knob), bound)]
+                if all(p in failed for p in inside) and len(inside) < len(with_knob):
+                    sentences.append(f"every point with {knob} {symbol} {bound} failed ({kind}): "
+                                     + ", ".join(p.point_id for p in inside))
+                    break
+    return sentences
+
+
 def first_line(text: str | None) -> str | None:
     """The first non-empty line of a message (a failure's one-line reason)."""
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]

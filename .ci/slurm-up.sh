@@ -8,6 +8,7 @@
 set -euo pipefail
 
 FAKE_GPUS=8
+FEATURE=fakegpu
 GPU_DIR=/var/lib/fakegpu
 CONF_DIR=/etc/slurm
 STATE_DIR=/var/lib/slurm/slurmctld
@@ -138,4 +139,9 @@ case "$state" in
         tail -n 20 "$LOG_DIR/slurmd.log" >&2 || true
         exit 1 ;;
 esac
-log "ready: $(sinfo -h -N -o '%N %T cpus=%c mem=%m gres=%G')"
+# A node feature for the tests of resources.constraint; set at run time (not in slurm.conf) so that adding it
+# never restarts a cluster that is already running jobs.
+if [[ $(sinfo -h -N -n "$node" -o '%f') != "$FEATURE" ]]; then
+    scontrol update NodeName="$node" AvailableFeatures="$FEATURE" ActiveFeatures="$FEATURE"
+fi
+log "ready: $(sinfo -h -N -o '%N %T cpus=%c mem=%m gres=%G features=%f')"

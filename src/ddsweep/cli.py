@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "coding-eval": "ddsweep.coding.eval",
     "summarize": "ddsweep.analysis.summarize",
     "bundle": "ddsweep.analysis.bundle",
+    "status": "ddsweep.analysis.status",
 }
 
 

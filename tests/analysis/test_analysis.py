@@ -11,9 +11,13 @@ from resultsets import REPEATS, broken_set, coding_set, drafter_bound_set, simul
 from ddsweep.analysis.results import (
     CELL_COLUMNS,
     CODING_COLUMNS,
+    FAILURE_COLUMNS,
     GROUP_COLUMNS,
+    JOB_COLUMNS,
     POINT_COLUMNS,
+    PointRecord,
     Regime,
+    failure_patterns,
     load_results,
     resolve_regime,
 )
@@ -37,17 +41,43 @@ def test_broken_points_are_recorded_with_reasons(tmp_path: Path) -> None:
     assert len(results.coding_records["bs8-b8-t4-w2048"]) == len(spec.point("bs8-b8-t4-w2048").coding)
 
 
+def test_failures_table_lists_every_point_that_did_not_complete_with_a_one_line_reason(tmp_path: Path) -> None:
+    spec = broken_set()
+    results = load_results(write_results(spec, tmp_path))
+    failures = results.failures_frame().set_index("point_id")
+    expected = spec.expected["failed"].keys() | spec.expected["malformed"] | spec.expected["incomplete"]
+    assert set(failures.index) == set(expected)
+    for pid, kind in spec.expected["failed"].items():
+        assert failures.loc[pid, "error_kind"] == kind
+        assert failures.loc[pid, "reason"] == results.point(pid).error.strip().splitlines()[0].strip()
+    assert set(results.jobs_frame()["point_id"]) == {p.point_id for p in results.points}
+
+
+def test_a_knob_threshold_that_separates_failed_points_is_stated():
+    def point(budget: int, kind: str | None) -> PointRecord:
+        return PointRecord(f"b{budget}", "ddtree", budget=budget, topk=4, block_size=8, window=2048,
+                           status="failed" if kind else "ok", error_kind=kind)
+    points = [point(8, None), point(16, None), point(24, "startup_exit"), point(32, "startup_exit")]
+    assert failure_patterns(points) == ["every point with budget >= 24 failed (startup_exit): b24, b32"]
+    points[1] = point(16, "verify")
+    assert failure_patterns(points) == ["every point with budget >= 24 failed (startup_exit): b24, b32"]
+    points[0] = point(40, None)  # a completed point above the threshold: no pattern
+    assert failure_patterns(points) == []
+
+
 def test_tables_have_schema_columns_and_one_row_per_measurement(tmp_path: Path) -> None:
     spec = drafter_bound_set()
     results = load_results(write_results(spec, tmp_path))
     regimes = [resolve_regime(results, Regime("latency", "decode_tok_s", 128, 1))]
     paths = write_tables(results, tmp_path / "tables", overview_table(results, regimes, lossless_vs_ar(results)))
-    assert set(paths) == {"points", "bench_cells", "bench_groups", "coding", "overview"}
+    assert set(paths) == {"points", "bench_cells", "bench_groups", "coding", "overview", "failures", "jobs"}
     tables = {name: pd.read_csv(path) for name, path in paths.items()}
     assert list(tables["points"].columns) == list(POINT_COLUMNS)
     assert list(tables["bench_cells"].columns) == list(CELL_COLUMNS)
     assert list(tables["bench_groups"].columns) == list(GROUP_COLUMNS)
     assert list(tables["coding"].columns) == list(CODING_COLUMNS)
+    assert list(tables["failures"].columns) == list(FAILURE_COLUMNS)
+    assert list(tables["jobs"].columns) == list(JOB_COLUMNS)
     assert all("simulated" in t.columns for t in tables.values())
     n_cells = sum(len(p.contexts) * len(p.concurrency) for p in spec.points)
     assert len(tables["bench_cells"]) == n_cells * REPEATS

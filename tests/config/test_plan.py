@@ -138,11 +138,11 @@ def test_the_workflow_schedules_only_representatives(tmp_path):
     config["sweep"]["points"] = []
     (workdir / "grid.yaml").write_text(yaml.safe_dump(config))
     output = _dry_run(workdir, "grid.yaml")
-    scheduled = set(re.findall(r"results/points/([\w-]+)/status.json", output))
+    scheduled = set(re.findall(r"results/points/([\w-]+)/done.json", output))
     assert scheduled == {"ar", "dflash-bs8-w2048", "bs8-b7-t1-w2048", "bs8-b8-t1-w2048", "bs8-b8-t2-w2048",
                          "bs8-b16-t1-w2048", "bs8-b16-t2-w2048", "bs8-b16-t4-w2048"}
     assert "results/plan.json" in output
     config["sweep"]["run_aliases"] = True
     (workdir / "all.yaml").write_text(yaml.safe_dump(config))
-    scheduled = set(re.findall(r"results/points/([\w-]+)/status.json", _dry_run(workdir, "all.yaml")))
+    scheduled = set(re.findall(r"results/points/([\w-]+)/done.json", _dry_run(workdir, "all.yaml")))
     assert {"bs8-b7-t4-w2048", "bs8-b8-t4-w2048"} <= scheduled and len(scheduled) == 11

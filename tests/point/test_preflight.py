@@ -206,7 +206,7 @@ def test_the_workflow_starts_no_point_when_the_preflight_fails(tmp_path):
     (tmp_path / "typo.yaml").write_text(yaml.safe_dump(
         {"target": {"server_args": ["--speculative-dflash-blok-size", "8"]}}))
     snakemake = Path(sys.executable).with_name("snakemake")
-    done = subprocess.run([str(snakemake), "results/points/ar/status.json", "--cores", "2",
+    done = subprocess.run([str(snakemake), "results/points/ar/done.json", "--cores", "2",
                            "--configfile", ".test/config.yaml", "typo.yaml"], cwd=tmp_path, env=venv_env(),
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode != 0

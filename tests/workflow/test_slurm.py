@@ -91,7 +91,8 @@ def test_the_demo_runs_end_to_end_through_slurm(demo_run):
         assert (workdir / "results/points" / point / "status.json").exists()
     assert sorted(p.name for p in (workdir / "results/preflight").iterdir()) == ["ar.json", "ddtree.json",
                                                                                "dflash.json"]
-    assert (workdir / "reports/optimization_summary.md").exists()
+    summary = (workdir / "reports/optimization_summary.md").read_text()
+    assert "snakemake --cores all --profile slurm --configfile .test/config.yaml" in summary  # how to reproduce
     assert (workdir / "reports/bundle.json").exists()
 
 
@@ -123,7 +124,7 @@ def test_a_config_change_to_one_point_submits_only_that_point(demo_run):
 def test_a_point_requesting_gpus_gets_them_from_slurm(tmp_path):
     workdir = copy_workflow(tmp_path)
     extra = write_config(workdir, "gpus.yaml", {"resources": {"gpus": 2}, **NO_CODING})
-    done = snakemake(workdir, extra, targets=("results/points/ar/status.json",))
+    done = snakemake(workdir, extra, targets=("results/points/ar/done.json",))
     assert done.returncode == 0, _output(done)[-3000:]
     assert submitted_points(_output(done)) == ["ar"]
     environment = json.loads((workdir / "results/points/ar/environment.json").read_text())
@@ -163,9 +164,10 @@ def test_a_cancelled_point_leaves_no_server_and_is_rerun(tmp_path):
     demo = yaml.safe_load((workdir / ".test/config.yaml").read_text())
     launcher = list(demo["engine"]["launcher"])
     launcher[launcher.index("--sim-startup-delay") + 1] = "30"
-    marked = write_config(workdir, "marked.yaml", {"engine": {"env": {name: value}}, **NO_CODING})
+    marked = write_config(workdir, "marked.yaml", {"engine": {"env": {name: value}}, "resources": {"retries": 0},
+                                                   **NO_CODING})
     slow = write_config(workdir, "slow.yaml", {"engine": {"launcher": launcher}})
-    command = [str(SNAKEMAKE), "results/points/ar/status.json", "--cores", "all", "--profile", "slurm",
+    command = [str(SNAKEMAKE), "results/points/ar/done.json", "--cores", "all", "--profile", "slurm",
                "--slurm-init-seconds-before-status-checks", "2", "--configfile", ".test/config.yaml", marked, slow]
     with open(tmp_path / "cancelled.log", "w") as log:
         run = subprocess.Popen(command, cwd=workdir, env=venv_env(), stdout=log, stderr=subprocess.STDOUT)
@@ -185,7 +187,7 @@ def test_a_cancelled_point_leaves_no_server_and_is_rerun(tmp_path):
     failure = json.loads((point / "failure.json").read_text())
     assert failure["error_kind"] == "interrupted", failure
     assert "SIGTERM" in failure["error"]
-    done = snakemake(workdir, marked, targets=("results/points/ar/status.json",))
+    done = snakemake(workdir, marked, targets=("results/points/ar/done.json",))
     assert done.returncode == 0, _output(done)[-3000:]
     assert submitted_points(_output(done)) == ["ar"]
     assert (point / "status.json").exists()

@@ -34,7 +34,7 @@ rule plan:
 
 rule summarize:
     input:
-        points=point_status_files(),
+        points=point_done_files(),
         config="results/study_config.yaml",
         plan="results/plan.json",
     output:

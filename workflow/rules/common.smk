@@ -1,4 +1,7 @@
+import argparse
 import json
+import os
+import sys
 
 from snakemake.utils import validate
 
@@ -19,6 +22,27 @@ validate(config, schema="../schemas/config.schema.yaml")
 POINTS = {point.point_id: point for point in running_points(STUDY)}
 RESOURCES = STUDY["resources"]
 
+
+def reproduce_command():
+    """The command of this run for the summary: its profile or executor (from the command line: the executor is not
+    known yet while the Snakefile is read) and its config files."""
+    words = ["snakemake", "--cores", "all"]
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--profile")
+    parser.add_argument("--executor", "-e")
+    given, _ = parser.parse_known_args(sys.argv[1:])
+    if given.profile:
+        words += ["--profile", given.profile]
+    elif given.executor and given.executor != "local":
+        words += ["--executor", given.executor]
+    for path in workflow.config_settings.configfiles:
+        words += ["--configfile", os.path.relpath(path)]
+    return " ".join(words)
+
+
+# The summary's "How to reproduce" shows the exact command, unless the configuration gives one.
+STUDY.setdefault("reproduce_command", reproduce_command())
+
 PLOTS = [
     "throughput_vs_concurrency",
     "decode_speed_by_point",
@@ -28,16 +52,16 @@ PLOTS = [
     "pareto",
     "coding",
 ]
-TABLES = ["points", "bench_cells", "bench_groups", "coding", "overview"]
+TABLES = ["points", "bench_cells", "bench_groups", "coding", "overview", "failures", "jobs"]
 
 
 wildcard_constraints:
     point="|".join(POINTS) or "(?!)",
 
 
-def point_status_files():
-    """The completion marker of every point that runs in this configuration."""
-    return expand("results/points/{point}/status.json", point=list(POINTS))
+def point_done_files():
+    """The terminal marker of every point that runs in this configuration: completed, or failed because of its settings."""
+    return expand("results/points/{point}/done.json", point=list(POINTS))
 
 
 def point_record_json(wildcards):
@@ -54,6 +78,24 @@ def slurm_gpu_request():
     """The generic-resource GPU request for one point job."""
     gpus = RESOURCES["gpus"]
     return f"gpu:{gpus}" if gpus else ""
+
+
+def slurm_extra_flags():
+    """sbatch flags the plugin has no resource for: whole nodes, node list, the pre-timeout signal, one task per node."""
+    gpus = RESOURCES.get("gpus", 8)
+    exclusive = RESOURCES.get("exclusive")
+    flags = []
+    if exclusive or (exclusive is None and gpus > 0):
+        flags.append("--exclusive")
+    if RESOURCES.get("nodelist"):
+        flags.append(f"--nodelist={RESOURCES['nodelist']}")
+    if RESOURCES.get("signal_lead_s", 120):
+        flags.append(f"--signal=TERM@{RESOURCES.get('signal_lead_s', 120)}")
+    if RESOURCES.get("nodes", 1) > 1:
+        flags.append("--ntasks-per-node=1")
+    if RESOURCES.get("slurm_extra"):
+        flags.append(RESOURCES["slurm_extra"])
+    return " ".join(flags)
 
 
 def final_outputs():

@@ -1,8 +1,10 @@
 rule run_point:
     input:
         preflight=lambda wildcards: f"results/preflight/{POINTS[wildcards.point].preset}.json",
+    # done.json is written when the point completed or failed because of its configuration (a result of the
+    # study); an interruption from outside (time limit, preemption, scancel) fails the job, which is retried.
     output:
-        status="results/points/{point}/status.json",
+        done="results/points/{point}/done.json",
     log:
         "results/logs/points/{point}.log",
     conda:
@@ -23,7 +25,12 @@ rule run_point:
         runtime=RESOURCES["runtime_min"],
         cpus_per_task=RESOURCES["cpus_per_task"],
         mem_mb=RESOURCES["mem_mb"],
-        slurm_extra=RESOURCES.get("slurm_extra") or "",
+        constraint=RESOURCES["constraint"],
+        nodes=RESOURCES["nodes"],
+        slurm_extra=slurm_extra_flags(),
+    # Retries are resubmissions by the Snakemake on the submit host: inside a Slurm job (remote execution) a retry
+    # would rerun the point in the same allocation, whose time is up.
+    retries: 0 if workflow.remote_exec else RESOURCES["retries"]
     shell:
-        "ddsweep run-point --record {params.record:q} --out {params.outdir} > {log} 2>&1 "
+        "ddsweep run-point --record {params.record:q} --out {params.outdir} --done {output.done} > {log} 2>&1 "
         "|| (tail -n 30 {log} >&2; exit 1)"

@@ -63,6 +63,14 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "point_id", "context", "concurrency", "repeat", "ok", "completion_tokens", "start_ts", "end_ts", "ttft_s",
     "tpot_s", "e2e_s",
 )
+FAILURE_COLUMNS: tuple[str, ...] = (
+    "point_id", "kind", "preset", *KNOBS, "status", "error_kind", "reason", "step", "duration_s", "host",
+    "slurm_job_id", "simulated",
+)
+JOB_COLUMNS: tuple[str, ...] = (
+    "point_id", "status", "host", "slurm_job_id", "slurm_nodelist", "slurm_partition", "gpu_name", "started_utc",
+    "duration_s", "simulated",
+)
 CODING_COLUMNS: tuple[str, ...] = (
     "point_id", "task_id", "passed", "error_kind", "finish_reason", "truncated", "completion_tokens",
     "isolation", "simulated",
@@ -87,6 +95,7 @@ class PointRecord:
     environment: dict[str, Any] = field(default_factory=dict)
     verification_ok: bool | None = None
     issues: list[str] = field(default_factory=list)
+    outcome: dict[str, Any] = field(default_factory=dict)
 
     def knobs(self) -> dict[str, int | None]:
         """Return the four knobs as a dict (None where a knob does not apply or the window is off)."""
@@ -158,6 +167,61 @@ class ResultSet:
                          **{k: (entry.get("knobs") or {}).get(k) for k in KNOBS}, **_tree_columns(entry),
                          "status": "alias", "simulated": self.simulated})
         return _frame(rows, POINT_COLUMNS)
+
+    def failures_frame(self) -> pd.DataFrame:
+        """Return one row per point that did not complete: its kind, knobs, error kind and a one-line reason."""
+        rows = [{"point_id": p.point_id, "kind": p.kind, "preset": p.preset, **p.knobs(), "status": p.status,
+                 "error_kind": p.error_kind, "reason": first_line(p.error),
+                 "step": next((k for k, v in p.outcome.get("steps", {}).items() if v == "started"), None)
+                 if isinstance(p.outcome.get("steps"), dict) else None,
+                 "duration_s": p.outcome.get("duration_s"), "host": p.outcome.get("host"),
+                 "slurm_job_id": p.outcome.get("slurm_job_id"), "simulated": p.simulated}
+                for p in self.points if p.status != "ok"]
+        return _frame(rows, FAILURE_COLUMNS)
+
+    def jobs_frame(self) -> pd.DataFrame:
+        """Return where each point ran: host, Slurm job id, node list, partition, GPU model, duration."""
+        rows = []
+        for p in self.points:
+            slurm = p.environment.get("slurm") if isinstance(p.environment.get("slurm"), dict) else {}
+            gpus = p.environment.get("gpus") if isinstance(p.environment.get("gpus"), list) else []
+            rows.append({"point_id": p.point_id, "status": p.status,
+                         "host": p.outcome.get("host") or p.environment.get("hostname"),
+                         "slurm_job_id": p.outcome.get("slurm_job_id") or slurm.get("job_id"),
+                         "slurm_nodelist": p.outcome.get("slurm_nodelist") or slurm.get("nodelist"),
+                         "slurm_partition": slurm.get("partition"),
+                         "gpu_name": gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None,
+                         "started_utc": p.outcome.get("started_utc"), "duration_s": p.outcome.get("duration_s"),
+                         "simulated": p.simulated})
+        return _frame(rows, JOB_COLUMNS)
+
+
+def failure_patterns(points: list[PointRecord]) -> list[str]:
+    """Sentences for knob thresholds that separate failed points from the rest, e.g. 'every point with budget >= 24
+    failed (startup_exit): ...'; only where at least two points failed that way and some point below (or above)
+    the threshold did not."""
+    sentences = []
+    for kind in sorted({p.error_kind for p in points if p.status == "failed" and p.error_kind}):
+        failed = [p for p in points if p.status == "failed" and p.error_kind == kind]
+        for knob in KNOBS:
+            values = [getattr(p, knob) for p in failed]
+            if len(failed) < 2 or any(v is None for v in values):
+                continue
+            for symbol, bound, beyond in ((">=", min(values), lambda v, b: v >= b),
+                                          ("<=", max(values), lambda v, b: v <= b)):
+                with_knob = [p for p in points if getattr(p, knob) is not None]
+                inside = [p for p in with_knob if beyond(getattr(p, knob), bound)]
+                if all(p in failed for p in inside) and len(inside) < len(with_knob):
+                    sentences.append(f"every point with {knob} {symbol} {bound} failed ({kind}): "
+                                     + ", ".join(p.point_id for p in inside))
+                    break
+    return sentences
+
+
+def first_line(text: str | None) -> str | None:
+    """The first non-empty line of a message (a failure's one-line reason)."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[0] if lines else None
 
 
 def _tree_columns(entry: dict[str, Any] | None) -> dict[str, Any]:
@@ -293,6 +357,9 @@ def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, li
 
     status = _read_json(directory / "status.json", issues, required=False)
     failure = _read_json(directory / "failure.json", issues, required=False)
+    outcome = failure if isinstance(failure, dict) else status
+    if isinstance(outcome, dict):
+        record.outcome = outcome
     if isinstance(failure, dict):
         record.status = "failed"
         record.error_kind = failure.get("error_kind")

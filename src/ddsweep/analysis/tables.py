@@ -117,7 +117,8 @@ def write_tables(results: ResultSet, tables_dir: str | Path, overview: pd.DataFr
     tables_dir = Path(tables_dir)
     frames = {
         "points": results.points_frame(), "bench_cells": results.cells, "bench_groups": results.groups,
-        "coding": results.coding, "overview": overview,
+        "coding": results.coding, "overview": overview, "failures": results.failures_frame(),
+        "jobs": results.jobs_frame(),
     }
     paths = {}
     for name, frame in frames.items():

@@ -40,7 +40,8 @@ BY_NAME: dict[str, Knob] = {k.name: k for k in REGISTRY}
 # Knobs each kind of point uses; the others are None for that kind.
 KIND_KNOBS: dict[str, tuple[str, ...]] = {kind: tuple(k.name for k in REGISTRY if kind in k.kinds) for kind in KINDS}
 # Placeholders a command template, environment value or verify value may use besides the knobs.
-SERVER_PLACEHOLDERS = ("model_path", "served_model_name", "drafter_path", "host", "port", "python")
+SERVER_PLACEHOLDERS = ("model_path", "served_model_name", "drafter_path", "host", "port", "python", "nnodes",
+                       "node_rank", "dist_init_addr")
 # Keys of a preset that describe the engine for ddsweep and never reach the server.
 DESCRIPTIVE_PRESET_KEYS = ("tree",)
 

@@ -318,6 +318,9 @@ def _check_analysis(config: dict) -> None:
                                       f"regimes: {', '.join(names)}")
 
 
+SIGNAL_MARGIN_S = 10  # seconds run-point needs after stopping the server to write failure.json
+
+
 def _check_resources(config: dict) -> None:
     """The server's startup timeout must fit inside the job's runtime, with room for the measurements."""
     runtime_s = config["resources"]["runtime_min"] * 60
@@ -325,6 +328,15 @@ def _check_resources(config: dict) -> None:
     if startup_s >= runtime_s:
         raise ConfigError(f"engine.startup_timeout_s: {startup_s:g} s does not fit inside resources.runtime_min "
                           f"({runtime_s / 60:g} min); the job would be killed before the server is up")
+    lead_s = config["resources"]["signal_lead_s"]
+    shutdown_s = config["engine"]["shutdown_timeout_s"]
+    if lead_s and lead_s >= runtime_s:
+        raise ConfigError(f"resources.signal_lead_s: {lead_s} s is not shorter than resources.runtime_min "
+                          f"({runtime_s / 60:g} min)")
+    if lead_s and shutdown_s + SIGNAL_MARGIN_S > lead_s:
+        raise ConfigError(f"engine.shutdown_timeout_s: {shutdown_s:g} s plus {SIGNAL_MARGIN_S} s to record the "
+                          f"interruption does not fit inside resources.signal_lead_s ({lead_s} s): at the time "
+                          "limit Slurm would kill the server before run-point has stopped it")
 
 
 def _check_coding(config: dict) -> None:
@@ -370,6 +382,10 @@ def point_record(config: dict, point: Point) -> dict:
         "preset": server_preset(preset),
         "benchmark": config["benchmark"],
         "coding_eval": config["coding_eval"],
+        # only for multi-node points, so that single-node records (and their Snakemake params) stay as they were
+        **({"group": {"nnodes": nodes, "gpus_per_node": config["resources"]["gpus"],
+                      "cpus_per_task": config["resources"]["cpus_per_task"]}}
+           if (nodes := config["resources"]["nodes"]) > 1 else {}),
     }
 
 

@@ -130,7 +130,9 @@ def collect_environment(server_info: dict | None, simulated: bool, workdir: Path
     if os.environ.get("SLURM_JOB_ID"):
         slurm = {"job_id": os.environ.get("SLURM_JOB_ID"), "node": os.environ.get("SLURMD_NODENAME"),
                  "partition": os.environ.get("SLURM_JOB_PARTITION"),
-                 "gpus_on_node": os.environ.get("SLURM_GPUS_ON_NODE")}
+                 "gpus_on_node": os.environ.get("SLURM_GPUS_ON_NODE"),
+                 "nodelist": os.environ.get("SLURM_JOB_NODELIST"), "nnodes": os.environ.get("SLURM_JOB_NUM_NODES"),
+                 "cluster": os.environ.get("SLURM_CLUSTER_NAME")}
     return {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),

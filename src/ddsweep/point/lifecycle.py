@@ -89,6 +89,8 @@ def render_server(record: Mapping[str, Any], port: int) -> ServerSpec:
         "port": port,
         "python": sys.executable,
         **{k: point.get(k) for k in KNOBS},
+        # a multi-node point's rank in its group (ddsweep.point.multinode); one node: rank 0 of 1
+        "nnodes": 1, "node_rank": 0, "dist_init_addr": "", **record.get("group", {}),
     }
     command = [str(_fill(part, values)) for part in engine["launcher"]]
     command += [str(_fill(part, values)) for part in preset["args"]]

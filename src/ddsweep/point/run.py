@@ -8,8 +8,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -31,9 +33,14 @@ from ddsweep.point.lifecycle import (
     render_server,
     verify_settings,
 )
+from ddsweep.point.multinode import group_spec, is_multinode
 from ddsweep.storage import write_json_atomic
 
 PORT_ATTEMPTS = 3
+# Failures that are not a result of the point's configuration: the job fails (and is retried) instead of
+# recording a terminal outcome. `config`: the launcher, SGLang or the GPU is missing on this machine; `io`: the
+# results could not be written; `interrupted`: a signal from outside (time limit, preemption, scancel).
+NOT_A_RESULT = ("config", "io", "interrupted")
 
 
 class PointFailed(RuntimeError):
@@ -65,7 +72,13 @@ class PointRun:
                 "started_utc": self.started_utc,
                 "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "duration_s": round(time.monotonic() - self.started, 3), "startup_s": self.startup_s,
-                "steps": dict(self.steps), **extra}
+                "steps": dict(self.steps), **job_placement(), **extra}
+
+
+def job_placement() -> dict[str, Any]:
+    """Where this run executes: host name, and the Slurm job id and node list when under Slurm."""
+    return {"host": socket.gethostname(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "slurm_nodelist": os.environ.get("SLURM_JOB_NODELIST")}
 
 
 def _stderr(message: str) -> None:
@@ -107,9 +120,12 @@ def _archive_previous_attempt(out_dir: Path) -> None:
         entry.rename(target / entry.name)
 
 
-def _install_signal_handlers() -> dict:
-    """Turn SIGTERM/SIGINT into an Interrupted exception so the server is always stopped."""
+def _install_signal_handlers(received: list[str]) -> dict:
+    """Turn SIGTERM/SIGINT into an Interrupted exception so the server is always stopped; `received` keeps the
+    signal's name, because the exception can be swallowed (e.g. inside an event loop) while Slurm's signal, sent
+    to every process of the job step, also stops the server and makes the step in progress fail."""
     def handler(signum: int, _frame: object) -> None:
+        received.append(signal.Signals(signum).name)
         raise Interrupted(signal.Signals(signum).name)
 
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -123,6 +139,8 @@ def _start_server(record: dict, out_dir: Path, run: PointRun, progress: Callable
         spec = render_server(record, find_free_port(host))
         if attempt == 1:
             check_local_engine(record, spec.command)
+        if is_multinode(record):
+            spec = group_spec(record, spec.port, out_dir)
         write_json_atomic(out_dir / "point.json", {
             "point_id": record["point_id"], "preset": record["point"]["preset"], "kind": record["point"]["kind"],
             "knobs": {k: record["point"][k] for k in KNOBS},
@@ -218,7 +236,8 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
     _archive_previous_attempt(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     run = PointRun(point_id=record["point_id"], simulated=bool(record.get("simulated")))
-    previous = _install_signal_handlers()
+    received: list[str] = []
+    previous = _install_signal_handlers(received)
     server: ManagedServer | None = None
     try:
         try:
@@ -241,6 +260,11 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
                 killed = server.stop()
                 run.steps["stop"] = "ok" if not killed else f"killed {len(killed)} process(es) that ignored SIGTERM"
     except PointFailed as exc:
+        if received and exc.kind not in NOT_A_RESULT:
+            message = (f"interrupted by {received[0]}; the server was stopped and the point is incomplete (rerun "
+                       f"it); what failed after the signal: {exc.kind}: {exc}")
+            write_json_atomic(out_dir / "failure.json", run.record("failed", error_kind="interrupted", error=message))
+            raise PointFailed("interrupted", message) from None
         write_json_atomic(out_dir / "failure.json", run.record("failed", error_kind=exc.kind, error=str(exc)))
         raise
     except Interrupted as exc:
@@ -277,10 +301,23 @@ def _run_point_command(args: argparse.Namespace) -> int:
     except PointFailed as exc:
         print(f"ddsweep run-point: point {record['point_id']} FAILED ({exc.kind}): {exc}\n"
               f"  details: {out_dir / 'failure.json'}; server log: {out_dir / 'server.log'}", file=sys.stderr)
+        if args.done and exc.kind not in NOT_A_RESULT:
+            write_json_atomic(args.done, done_record(record["point_id"], "failed", exc.kind, str(exc)))
+            print(f"  recorded as a result of the study in {args.done}", file=sys.stderr)
+            return 0
         return 143 if exc.kind == "interrupted" else 1
+    if args.done:
+        write_json_atomic(args.done, done_record(record["point_id"], "ok"))
     label = " [SIMULATED]" if status["simulated"] else ""
     print(f"point {record['point_id']} done in {status['duration_s']:.1f} s{label}: {out_dir}", file=sys.stderr)
     return 0
+
+
+def done_record(point_id: str, status: str, error_kind: str | None = None, error: str | None = None) -> dict:
+    """The terminal marker of a point: completed, or failed because of its configuration (one-line reason)."""
+    reason = (error or "").strip().splitlines()[0] if error else None
+    return {"point_id": point_id, "status": status, "error_kind": error_kind, "reason": reason,
+            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -292,5 +329,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--record", help="the point's record as JSON (what the workflow passes)")
     parser.add_argument("--config", "-c", nargs="+", default=["config/config.yaml"], help="configuration file(s)")
     parser.add_argument("--out", help="output directory (default results/points/POINT)")
+    parser.add_argument("--done", metavar="FILE",
+                        help="write the point's terminal outcome here and exit 0 when it completed or failed "
+                             "because of its configuration; interruptions and missing software still exit non-zero")
     parser.set_defaults(func=_run_point_command)
 

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import socket
+import sys
+import time
 from typing import Any
 
 from ddsweep.config.knobs import KNOBS
@@ -238,4 +242,54 @@ def main(args: argparse.Namespace) -> int:
     fields = ", ".join(f"{k}={v!r}" for k, v in settings.server_args.items() if v is not None)
     log(f"server_args=ServerArgs({fields}) [simulated]")
     log(config_line(settings.knobs))
+    group = settings.server_args
+    nnodes, rank = int(group.get("nnodes") or 1), int(group.get("node_rank") or 0)
+    if nnodes > 1:
+        try:
+            members = join_group(str(group.get("dist_init_addr") or ""), nnodes, rank)
+        except (OSError, ValueError) as exc:
+            log(f"RuntimeError: node {rank} of {nnodes} could not join the group: {exc} [simulated]")
+            return 1
+        if rank > 0:
+            return 0
+        try:
+            return run(settings)
+        finally:
+            for member in members:
+                member.close()
     return run(settings)
+
+
+def join_group(address: str, nnodes: int, rank: int, timeout_s: float = 120.0) -> list[socket.socket]:
+    """Multi-node start-up as the stand-in of SGLang's: rank 0 listens on --dist-init-addr and waits for the other
+    ranks before it serves; a rank above 0 connects, then stays until rank 0 closes the connection or SIGTERM."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--dist-init-addr must be HOST:PORT, got {address!r}")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    deadline = time.monotonic() + timeout_s
+    if rank == 0:
+        listener = socket.create_server(("", int(port)), reuse_port=False)
+        listener.settimeout(timeout_s)
+        members = []
+        with listener:
+            while len(members) < nnodes - 1:
+                member, _ = listener.accept()
+                members.append(member)
+                log(f"node rank {member.recv(16).decode().strip() or '?'} joined ({len(members) + 1} of {nnodes}) "
+                    "[simulated]")
+        return members
+    while True:
+        try:
+            member = socket.create_connection((host, int(port)), timeout=5)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    member.sendall(f"{rank}\n".encode())
+    member.settimeout(None)
+    log(f"node rank {rank} of {nnodes} joined {address} [simulated]")
+    member.recv(1)  # returns when rank 0 closes the connection (or exits)
+    log(f"node rank {rank}: rank 0 is gone; shutting down [simulated]")
+    return [member]

@@ -1,0 +1,88 @@
+"""`ddsweep status` on a fake running study: points done, failed, interrupted, running and pending in squeue."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import yaml
+from resultsets import SynthPoint, write_point
+
+from ddsweep.analysis.status import parse_elapsed, study_status
+from ddsweep.cli import main
+from ddsweep.config.plan import estimate_minutes, running_points
+from ddsweep.config.study import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _write(path: Path, doc: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+
+
+def _fake_study(tmp_path: Path) -> tuple[list[str], Path, SynthPoint]:
+    """Config files, results directory and the completed point of a study in the middle of its run."""
+    extra = tmp_path / "gpus.yaml"
+    extra.write_text(yaml.safe_dump({"resources": {"gpus": 8}}))
+    results = tmp_path / "results"
+    done = SynthPoint("ar", "ar", decode_c1=123.0)
+    write_point(results / "points", done)
+    _write(results / "points/ar/status.json", {"point_id": "ar", "status": "ok", "duration_s": 100.0})
+    _write(results / "points/ar/done.json", {"point_id": "ar", "status": "ok"})
+    failed = results / "points/dflash-bs8-w2048"
+    _write(failed / "failure.json", {"status": "failed", "error_kind": "verify", "duration_s": 40.0,
+                                     "error": "the server did not apply the requested settings:\nbudget 4 != 8",
+                                     "slurm_job_id": "71", "slurm_nodelist": "gpu07"})
+    _write(failed / "done.json", {"status": "failed", "error_kind": "verify",
+                                  "reason": "the server did not apply the requested settings:"})
+    interrupted = results / "points/bs16-b8-t4-w2048"
+    _write(interrupted / "failure.json", {"status": "failed", "error_kind": "interrupted", "duration_s": 20.0,
+                                          "error": "interrupted by SIGTERM; the server was stopped"})
+    _write(interrupted / "attempts/20260101T000000Z/failure.json",
+           {"status": "failed", "error_kind": "interrupted", "duration_s": 15.0, "error": "interrupted by SIGTERM"})
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    squeue = bin_dir / "squeue"
+    squeue.write_text("#!/bin/sh\n"
+                      "echo '812|RUNNING|1:30|gpu03|rule_run_point_wildcards_bs8-b8-t4-w2048'\n"
+                      "echo '813|PENDING|0:00|(Resources)|rule_run_point_wildcards_bs8-b4-t1-w2048'\n"
+                      "echo '900|RUNNING|5:00|gpu09|someone else'\n")
+    squeue.chmod(squeue.stat().st_mode | stat.S_IEXEC)
+    return [str(ROOT / "config/config.yaml"), str(ROOT / ".test/config.yaml"), str(extra)], results, done
+
+
+def test_status_shows_every_point_state_gpu_hours_and_an_eta(tmp_path, monkeypatch, capsys):
+    configs, results, done = _fake_study(tmp_path)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    assert main(["status", "--config", *configs, "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines() if line and line.split()[0] in
+            {p.point_id for p in running_points(load_config(*configs))}}
+    assert rows["bs8-b8-t4-w2048"].split()[1:5] == ["running", "812", "gpu03", "0:01:30"]
+    assert rows["bs8-b4-t1-w2048"].split()[1:4] == ["pending", "813", "-"]
+    assert "done" in rows["ar"] and f"decode_tok_s {done.figure('decode_tok_s', 128, 1):.4g}" in rows["ar"]
+    assert rows["dflash-bs8-w2048"].split()[1:4] == ["failed", "71", "gpu07"]
+    assert "verify: the server did not apply the requested settings:" in rows["dflash-bs8-w2048"]
+    assert "interrupted: interrupted by SIGTERM" in rows["bs16-b8-t4-w2048"]
+    assert "1 running, 1 done, 1 failed, 1 interrupted" in out and "1 pending" in out
+
+    config = load_config(*configs)
+    status = study_status(config, results, {"bs8-b8-t4-w2048": {"job_id": "812", "state": "running",
+                                                                "elapsed_s": 90.0, "node": "gpu03"}})
+    spent_s = 100 + 40 + 20 + 15 + 90  # every attempt's duration plus the running job's elapsed time
+    assert abs(status["gpu_hours_spent"] - spent_s * 8 / 3600) < 1e-9
+    assert status["gpu_hours_planned"] == estimate_minutes(config, len(status["points"]))["gpu_hours"]
+    assert f"GPU hours spent {spent_s * 8 / 3600:.2f} of {status['gpu_hours_planned']:.2f}" in out
+    mean = (100 + 40) / 2
+    left = len(status["points"]) - 2
+    assert abs(status["eta_s"] - ((left - 1) * mean + (mean - 90 if mean > 90 else 0))) < 1e-6
+
+
+def test_squeue_elapsed_times_are_read_in_every_format():
+    assert parse_elapsed("0:07") == 7
+    assert parse_elapsed("12:03:04") == 12 * 3600 + 3 * 60 + 4
+    assert parse_elapsed("2-01:00:00") == 2 * 86400 + 3600
+    assert parse_elapsed("INVALID") is None

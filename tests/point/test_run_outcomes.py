@@ -1,0 +1,48 @@
+"""run-point's exit status and terminal marker: configuration failures are results (done.json, exit 0), a signal
+from outside is an interruption (no done.json, exit 143) even when it reached the server at the same moment."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import demo_record
+from test_lifecycle import NO_CODING, owned_processes_of_port
+
+
+def _run_point(record: dict, out, done) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "ddsweep", "run-point", "--record", json.dumps(record), "--out",
+                             str(out), "--done", str(done)], stderr=subprocess.PIPE, text=True)
+
+
+def test_a_configuration_failure_is_recorded_in_done_json_and_exits_zero(tmp_path):
+    record = demo_record("ar", sim_args=["--sim-fault", "exit-during-startup"], **NO_CODING)
+    proc = _run_point(record, tmp_path / "p", tmp_path / "p" / "done.json")
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    done = json.loads((tmp_path / "p" / "done.json").read_text())
+    assert done["status"] == "failed" and done["error_kind"] == "startup_exit"
+    assert done["reason"].startswith("the server exited with code 1 during startup") and "\n" not in done["reason"]
+
+
+def test_sigterm_to_run_point_and_server_at_once_mid_benchmark_is_an_interruption(tmp_path):
+    out, done = tmp_path / "p", tmp_path / "p" / "done.json"
+    record = demo_record("ar", sim_args=["--sim-step-ms", "20"], benchmark={"requests_per_cell": 500, "repeats": 1},
+                         **NO_CODING)
+    proc = _run_point(record, out, done)
+    deadline = time.monotonic() + 60
+    requests = out / "bench" / "requests.jsonl"
+    while time.monotonic() < deadline and not (requests.exists() and len(requests.read_text().splitlines()) >= 3):
+        time.sleep(0.2)
+    port = json.loads((out / "point.json").read_text())["port"]
+    for pid in [*owned_processes_of_port(port), proc.pid]:  # what Slurm does: every process of the job step
+        os.kill(pid, signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143, proc.stderr.read()
+    failure = json.loads((out / "failure.json").read_text())
+    assert failure["error_kind"] == "interrupted" and "SIGTERM" in failure["error"], failure
+    assert not done.exists()
+    assert len(requests.read_text().splitlines()) >= 3  # the measurements taken before the signal are kept
+    assert owned_processes_of_port(port) == []

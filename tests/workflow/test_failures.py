@@ -1,0 +1,98 @@
+"""Failures as results: a study with one point per server fault of the stand-in still writes its summary, tables
+and bundle, naming each failed point, its kind and why; the failed points are not rerun by the next invocation."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from test_workflow import _copy_workflow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# preset name -> (stand-in fault flags, the error kind the point must record)
+FAULTS = {
+    "fexit": (["exit-during-startup"], "startup_exit"),
+    "funhealthy": (["never-healthy"], "startup_timeout"),
+    "fcrash": (["crash-after:3"], "server_crash"),
+    "fhang": (["hang"], "bench_failures"),
+    "fhttp": (["error-rate:1.0"], "bench_failures"),
+    "fmalformed": (["malformed-rate:1.0"], "bench_failures"),
+    "fcut": (["cut-stream-rate:1.0"], "bench_failures"),
+    "fknob": (["ignore-knob:budget"], "verify"),
+}
+
+
+def _study() -> dict:
+    """Demo overrides: one healthy grid point, the baselines and one point per faulty preset, a tiny benchmark."""
+    presets = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["engine"]["presets"]
+    faulty = {}
+    for name, (faults, _) in FAULTS.items():
+        args = list(presets["ddtree"]["args"])
+        for fault in faults:
+            args += ["--sim-fault", fault]
+        faulty[name] = {**presets["ddtree"], "args": args}
+    return {
+        "engine": {"presets": faulty, "startup_timeout_s": 6},
+        "sweep": {"grid": {"budget": [4], "topk": [2], "block_size": [8], "window": [2048]},
+                  "points": [{"preset": name, "budget": 8, "topk": 4, "block_size": 8, "window": 2048}
+                             for name in FAULTS]},
+        "benchmark": {"contexts": [128], "concurrency": [1], "max_new_tokens": 16, "requests_per_cell": 4,
+                      "repeats": 1, "warmup_requests": 1, "request_timeout_s": 3},
+        "coding_eval": {"enabled": False},
+        "analysis": {"regimes": [{"name": "latency", "metric": "decode_tok_s", "context": 128, "concurrency": 1},
+                                 {"name": "throughput", "metric": "output_throughput_tok_s", "context": 128,
+                                  "concurrency": 1}]},
+    }
+
+
+def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", ".test/config.yaml",
+                           "faults.yaml", *args], cwd=workdir, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+@pytest.mark.slow
+def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables_and_bundle(tmp_path):
+    workdir = _copy_workflow(tmp_path / "study")
+    (workdir / "faults.yaml").write_text(yaml.safe_dump(_study()))
+    first = _snakemake(workdir)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+
+    failed = {f"{name}-bs8-b8-t4-w2048": kind for name, (_, kind) in FAULTS.items()}
+    rows = {r["point_id"]: r for r in csv.DictReader((workdir / "results/tables/failures.csv").open())}
+    assert {p: r["error_kind"] for p, r in rows.items()} == failed
+    assert all(r["reason"] and "\n" not in r["reason"] for r in rows.values())
+    assert "the server exited with code 1 during the benchmark" in rows["fcrash-bs8-b8-t4-w2048"]["reason"]
+    assert "did not become healthy within 6 s" in rows["funhealthy-bs8-b8-t4-w2048"]["reason"]
+    for point, kind in failed.items():
+        done = json.loads((workdir / "results/points" / point / "done.json").read_text())
+        assert done["status"] == "failed" and done["error_kind"] == kind, done
+        assert not (workdir / "results/points" / point / "status.json").exists()
+    for point in ("bs8-b4-t2-w2048", "ar", "dflash-bs8-w2048"):
+        assert json.loads((workdir / "results/points" / point / "done.json").read_text())["status"] == "ok"
+    jobs = {r["point_id"]: r for r in csv.DictReader((workdir / "results/tables/jobs.csv").open())}
+    assert len(jobs) == len(failed) + 3 and all(r["host"] for r in jobs.values())
+
+    summary = (workdir / "reports/optimization_summary.md").read_text()
+    assert "snakemake --cores all --configfile .test/config.yaml --configfile faults.yaml" in summary
+    for point, kind in failed.items():
+        assert f"`{point}` **failed** ({kind})" in summary
+    bundle = workdir / json.loads((workdir / "reports/bundle.json").read_text())["bundle"]
+    with tarfile.open(bundle) as tar:
+        names = set(tar.getnames())
+    assert all(any(n.endswith(f"results/points/{p}/failure.json") for n in names) for p in failed), sorted(names)
+    assert any(n.endswith("results/tables/failures.csv") for n in names)
+
+    leftover = subprocess.run(["pgrep", "-f", f"sim-server.*{workdir}"], capture_output=True, check=False)
+    assert leftover.stdout == b""
+    again = _snakemake(workdir, "-n")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout[-3000:]

@@ -1,0 +1,122 @@
+"""Cluster features on the local Slurm: the resource keys reach sbatch (read back through `scontrol show job`); a
+point that reaches its time limit is stopped by the pre-timeout signal, records `interrupted` with what it
+measured so far, leaves no process behind and is resubmitted; a two-node point runs one server per task."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import uuid
+
+import yaml
+from conftest import ROOT, copy_workflow, demo_record, venv_env
+from test_slurm import (
+    NO_CODING,
+    SNAKEMAKE,
+    _marked_processes,
+    _slurm_answers,
+    _wait_for,
+    pytestmark,
+    submitted_points,
+    write_config,
+)
+
+__all__ = ["pytestmark", "_slurm_answers"]
+
+
+def _scontrol(job_id: str) -> dict[str, str]:
+    """`scontrol show job` as key=value pairs."""
+    text = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, check=True,
+                          timeout=30).stdout
+    return dict(item.split("=", 1) for item in text.split() if "=" in item)
+
+
+def test_a_point_at_its_time_limit_is_signalled_recorded_as_interrupted_and_resubmitted(tmp_path):
+    workdir = copy_workflow(tmp_path)
+    node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True,
+                          timeout=30).stdout.split()[0]
+    marker = f"DDSWEEP_SLURM_TEST={uuid.uuid4().hex}"
+    name, value = marker.split("=")
+    demo = yaml.safe_load((workdir / ".test/config.yaml").read_text())
+    launcher = list(demo["engine"]["launcher"])
+    launcher[launcher.index("--sim-step-ms") + 1] = "20"  # about 0.7 s per request: the benchmark outlasts 1 min
+    extra = write_config(workdir, "limits.yaml", {
+        "engine": {"env": {name: value}, "launcher": launcher, "startup_timeout_s": 30, "shutdown_timeout_s": 10},
+        "benchmark": {"requests_per_cell": 500, "repeats": 1},  # the first cell alone outlasts the limit
+        "resources": {"gpus": 1, "runtime_min": 1, "signal_lead_s": 45, "retries": 1, "constraint": "fakegpu",
+                      "nodelist": node},
+        **NO_CODING})
+    command = [str(SNAKEMAKE), "results/points/ar/done.json", "--cores", "all", "--profile", "slurm",
+               "--slurm-init-seconds-before-status-checks", "2", "--configfile", ".test/config.yaml", extra]
+    with open(tmp_path / "limits.log", "w") as log:
+        run = subprocess.Popen(command, cwd=workdir, env=venv_env(), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            logs = workdir / ".snakemake/slurm_logs/rule_run_point/ar"
+            job_id = _wait_for(lambda: [p.stem for p in logs.glob("*.log")] or _ended(run), 120,
+                               "the first Slurm job")[0]
+            job = _scontrol(job_id)
+            assert job["OverSubscribe"] == "NO", job  # resources.exclusive: on by default with GPUs
+            assert job["Features"] == "fakegpu", job
+            assert job["ReqNodeList"] == node, job
+            assert job["TimeLimit"] == "00:01:00", job
+            assert run.wait(timeout=400) != 0
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    output = (tmp_path / "limits.log").read_text()
+    assert submitted_points(output) == ["ar", "ar"], output[-3000:]  # the interrupted point was resubmitted
+    point = workdir / "results/points/ar"
+    assert not (point / "done.json").exists()
+    failures = [point / "failure.json", *sorted((point / "attempts").glob("*/failure.json"))]
+    assert len(failures) == 2
+    for path in failures:
+        failure = json.loads(path.read_text())
+        assert failure["error_kind"] == "interrupted" and "SIGTERM" in failure["error"], failure
+        assert failure["steps"]["bench"] == "started" and failure["steps"]["stop"] == "ok", failure
+        assert failure["duration_s"] < 60, failure  # stopped before the limit, not killed at it
+        requests = (path.parent / "bench" / "requests.jsonl").read_text().splitlines()
+        assert len(requests) >= 5  # the measurements taken before the signal are kept
+        assert failure["host"] == socket.gethostname() and failure["slurm_job_id"], failure
+    environment = json.loads((point / "environment.json").read_text())
+    assert environment["slurm"]["nodelist"] == node and environment["slurm"]["node"] == node
+    assert not _marked_processes(marker)
+
+
+def _ended(run: subprocess.Popen) -> None:
+    """Fail at once when Snakemake has exited before submitting anything (e.g. a configuration error)."""
+    assert run.poll() is None, "snakemake exited before submitting the point"
+
+
+def test_a_two_node_point_runs_one_server_per_task_and_leaves_no_process(tmp_path):
+    """Two tasks of one job stand in for two nodes: run-point in a job step, as the Slurm executor runs it."""
+    marker = f"DDSWEEP_SLURM_TEST={uuid.uuid4().hex}"
+    name, value = marker.split("=")
+    ar = yaml.safe_load((ROOT / "config/config.yaml").read_text())["engine"]["presets"]["ar"]
+    group_args = ["--nnodes", "{nnodes}", "--node-rank", "{node_rank}", "--dist-init-addr", "{dist_init_addr}"]
+    preset = {**ar, "args": ar["args"] + group_args}
+    record = demo_record("ar", engine={"env": {name: value}, "presets": {"ar": preset}},
+                         benchmark={"requests_per_cell": 2, "repeats": 1},
+                         resources={"nodes": 2, "gpus": 0, "cpus_per_task": 1}, **NO_CODING)
+    (tmp_path / "record.json").write_text(json.dumps(record))
+    out = tmp_path / "p"
+    job_id = subprocess.run(
+        ["sbatch", "--parsable", "--ntasks=2", "--nodes=1", "--time=5", f"--output={tmp_path / 'job.log'}",
+         "--wrap", f"srun -n1 --nodes=1 ddsweep run-point --record \"$(cat {tmp_path / 'record.json'})\" "
+                   f"--out {out} --done {out / 'done.json'}"],
+        capture_output=True, text=True, check=True, timeout=30, env=venv_env(), cwd=tmp_path).stdout.strip()
+    _wait_for(lambda: job_id not in subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                                                   timeout=30).stdout.split(), 240, f"Slurm job {job_id} to end")
+    log = (tmp_path / "job.log").read_text()
+    assert json.loads((out / "done.json").read_text())["status"] == "ok", log[-3000:]
+    status = json.loads((out / "status.json").read_text())
+    assert status["steps"]["stop"] == "ok" and status["slurm_job_id"] == job_id
+    ranks = json.loads((out / "ranks.json").read_text())
+    assert ranks["nnodes"] == 2 and ranks["srun"][:3] == ["srun", "--overlap", "--ntasks=2"]
+    assert [c[c.index("--node-rank") + 1] for c in ranks["commands"]] == ["0", "1"]
+    server_log = (out / "server.log").read_text()
+    assert "node rank 1 joined (2 of 2)" in server_log
+    assert server_log.index("node rank 1 joined (2 of 2)") < server_log.index("Serving HTTP")  # rank 0 waited
+    assert f"dist_init_addr='{ranks['dist_init_addr']}'" in server_log
+    assert not _marked_processes(marker)

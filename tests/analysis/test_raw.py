@@ -13,7 +13,7 @@ from resultsets import drafter_bound_set, write_results
 
 from ddsweep.analysis.raw import figures_from_requests
 from ddsweep.analysis.results import load_results
-from ddsweep.bench.records import RequestRecord, cell_figures
+from ddsweep.bench.records import RequestRecord, cell_figures, steady_state_figures
 
 
 def records(seed: int, repeat: int) -> list[RequestRecord]:
@@ -42,8 +42,12 @@ def test_repeat_figures_match_the_load_generator(seed: int) -> None:
     cells, requests = figures_from_requests([json.loads(json.dumps(asdict(r))) for r in recs])
     assert len(cells) == 3 and len(requests) == 3 * 9
     for cell in cells:
-        expected = cell_figures([r for r in recs if r.repeat == cell["repeat"]])
-        pairs = {"output_throughput_tok_s": expected["output_throughput_tok_s"],
+        members = [r for r in recs if r.repeat == cell["repeat"]]
+        expected = cell_figures(members)
+        steady = steady_state_figures([r for r in members if not r.warmup])["output_throughput_tok_s"]
+        assert steady is not None and cell["throughput_window"] == "steady"
+        pairs = {"whole_output_throughput_tok_s": expected["output_throughput_tok_s"],
+                 "output_throughput_tok_s": steady,
                  "decode_tok_s_median": expected["decode_tok_s"]["median"],
                  "ttft_p50_s": expected["ttft_s"]["p50"], "ttft_p99_s": expected["ttft_s"]["p99"],
                  "tpot_p50_s": expected["tpot_s"]["p50"], "itl_p50_s": expected["itl_s"]["p50"],
@@ -71,7 +75,7 @@ def test_request_records_win_over_cells_json_and_stored_bounds_are_never_read(tm
     assert set(others["source"]) == {"cells.json"}
     groups = results.groups
     assert groups["ci_low"].min() > -1e9 and groups["ci_high"].max() < 1e9
-    expected = sum(cell_figures([r for r in recs if r.repeat == rep])["output_throughput_tok_s"]
-                   for rep in range(3)) / 3
+    expected = sum(steady_state_figures([r for r in recs if r.repeat == rep and not r.warmup])
+                   ["output_throughput_tok_s"] for rep in range(3)) / 3
     row = groups[(groups["point_id"] == "bs8-b8-t4-w2048") & (groups["metric"] == "output_throughput_tok_s")]
     assert math.isclose(float(row["mean"].iloc[0]), expected)

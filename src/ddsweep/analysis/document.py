@@ -17,6 +17,8 @@ import yaml
 from ddsweep.analysis.decisions import Decisions, RegimeOutcome, ratio_text
 from ddsweep.analysis.diagnosis import MAX_LIST, gain_text
 from ddsweep.analysis.drift import drift_caveat
+from ddsweep.analysis.measurement import verification_caveats, workload_caveats
+from ddsweep.analysis.operations import failed_points_caveat, mixed_hosts_caveat
 from ddsweep.analysis.results import KNOBS, METRIC_LABELS, ResolvedRegime, ar_point_id, window_label
 from ddsweep.analysis.statistics import Estimate
 
@@ -164,6 +166,8 @@ def _caveats(d: Decisions) -> list[dict[str, Any]]:
     out.append({"kind": "confounds", "title": "Confounded comparisons", "items": items, "text": None if items else (
         "None: every pair of adjacent knob values is connected by a pair of points that differ in that knob only.")})
     out.append(_spread_caveat(d))
+    out += workload_caveats(d)
+    out += verification_caveats(d)
     out += _coding_caveats(d)
     out += _point_caveats(d)
     aliases = _alias_caveat(d)
@@ -289,13 +293,12 @@ def _isolation_caveat(d: Decisions) -> dict[str, Any] | None:
 
 
 def _point_caveats(d: Decisions) -> list[dict[str, Any]]:
-    """Failed, malformed and incomplete points, and problems in completed points' files."""
+    """Failed, malformed and incomplete points, problems in completed points' files, and mixed machines."""
     results = d.results
-    bad = [p for p in results.points if p.status != "ok"]
-    items = [f"`{p.point_id}` **{p.status}**{f' ({p.error_kind})' if p.error_kind else ''}: {p.error}"
-             + (f" — file problems: {'; '.join(p.issues)}" if p.issues else "") for p in bad]
-    out = [{"kind": "failed_points", "title": "Failed, malformed and incomplete points", "items": items,
-            "text": None if items else "None: every point completed."}]
+    out = [failed_points_caveat(d)]
+    hosts = mixed_hosts_caveat(d)
+    if hosts:
+        out.append(hosts)
     problems = [f"`{p.point_id}`: {'; '.join(p.issues)}" for p in results.points if p.status == "ok" and p.issues]
     problems += [f"`{p.point_id}`: verification.json reports a knob the server did not apply"
                  for p in results.points if p.status == "ok" and p.verification_ok is False]

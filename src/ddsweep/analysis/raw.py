@@ -47,6 +47,7 @@ def request_row(record: dict[str, Any]) -> dict[str, Any] | None:
     ok = record.get("error") is None
     tpot = decode / (tokens - 1) if ok and tokens and tokens > 1 and decode is not None else None
     return {
+        "workload": str(record.get("workload") or ""), "ignore_eos": record.get("ignore_eos"),
         "context": record["context"], "concurrency": record["concurrency"], "repeat": record["repeat"],
         "ok": ok, "completion_tokens": tokens if ok else None, "start_ts": _num(record.get("start_ts")),
         "end_ts": _num(record.get("end_ts")), "ttft_s": _num(record.get("ttft_s")) if ok else None,
@@ -71,9 +72,14 @@ def repeat_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     verify = [r for r in done if r["spec_verify_ct"]]
     acceptance = (sum(r["completion_tokens"] or 0 for r in verify) / sum(r["spec_verify_ct"] for r in verify)
                   if verify else math.nan)
+    whole = tokens / wall if wall else math.nan
+    steady = steady_output_throughput(rows)
     return {
         "completed": len(done), "failed": len(rows) - len(done), "wall_s": wall if wall else math.nan,
-        "output_throughput_tok_s": tokens / wall if wall else math.nan,
+        # the decision figure: over the steady-state window where the cell has one, else over the whole cell
+        "output_throughput_tok_s": whole if steady is None else steady,
+        "throughput_window": "whole" if steady is None else "steady",
+        "whole_output_throughput_tok_s": whole,
         "requests_per_s": len(done) / wall if wall else math.nan,
         "decode_tok_s_median": percentile(decode, 50),
         "ttft_p50_s": percentile(ttft, 50), "ttft_p90_s": percentile(ttft, 90), "ttft_p99_s": percentile(ttft, 99),
@@ -83,18 +89,58 @@ def repeat_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def steady_state_window(rows: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """(start, end) of a cell's steady state: from when C requests are first in flight until the first of the
+    last C completions (the load generator's definition, docs/results-schema.md); None without one."""
+    timed = [r for r in rows if r["start_ts"] is not None and r["end_ts"] is not None]
+    if not timed:
+        return None
+    conc = timed[0]["concurrency"]
+    events = sorted([(r["start_ts"], 1) for r in timed] + [(r["end_ts"], -1) for r in timed])
+    level, start = 0, None
+    for ts, delta in events:
+        level += delta
+        if level >= conc:
+            start = ts
+            break
+    ends = sorted(r["end_ts"] for r in timed)
+    if start is None or len(ends) < conc:
+        return None
+    end = ends[len(ends) - conc]
+    return (start, end) if end > start else None
+
+
+def steady_output_throughput(rows: list[dict[str, Any]]) -> float | None:
+    """Output tokens per second that arrived inside the steady-state window (token times from the send time,
+    TTFT and the per-token gaps); None when the cell has no steady state."""
+    window = steady_state_window(rows)
+    if window is None:
+        return None
+    start, end = window
+    tokens = 0
+    for r in rows:
+        if not r["ok"] or r["start_ts"] is None or r["ttft_s"] is None:
+            continue
+        t = r["start_ts"] + r["ttft_s"]
+        tokens += start <= t <= end
+        for gap in r["itl_s"]:
+            t += float(gap)
+            tokens += start <= t <= end
+    return tokens / (end - start)
+
+
 def figures_from_requests(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(per-repeat cell rows, measured request rows) from the records of one requests.jsonl."""
-    by_cell: dict[tuple[int, int, int], list[dict[str, Any]]] = {}
+    by_cell: dict[tuple[str, int, int, int], list[dict[str, Any]]] = {}
     requests = []
     for record in records:
         row = request_row(record)
         if row is None:
             continue
         requests.append(row)
-        by_cell.setdefault((row["context"], row["concurrency"], row["repeat"]), []).append(row)
-    cells = [{"context": c, "concurrency": k, "repeat": rep, **repeat_figures(rows)}
-             for (c, k, rep), rows in sorted(by_cell.items())]
+        by_cell.setdefault((row["workload"], row["context"], row["concurrency"], row["repeat"]), []).append(row)
+    cells = [{"workload": w, "context": c, "concurrency": k, "repeat": rep, **repeat_figures(rows)}
+             for (w, c, k, rep), rows in sorted(by_cell.items())]
     for cell, rows in zip(cells, (by_cell[key] for key in sorted(by_cell)), strict=True):
         cell["itl_p50_s"] = percentile([float(g) for r in rows for g in r["itl_s"] if _num(g) is not None], 50)
     for row in requests:
@@ -121,11 +167,12 @@ def figures_from_cells_document(cells: dict[str, Any]) -> list[dict[str, Any]]:
         wall = num(cell.get("wall_s"))
         completed = _num(cell.get("completed"))
         rows.append({
-            "context": cell["context"], "concurrency": cell["concurrency"],
+            "workload": str(cell.get("workload") or ""), "context": cell["context"], "concurrency": cell["concurrency"],
             "repeat": cell.get("repeat") if isinstance(cell.get("repeat"), int) else 0,
             "completed": int(completed) if completed is not None else None,
             "failed": int(num(cell.get("failed"))) if _num(cell.get("failed")) is not None else None,
             "wall_s": wall, "output_throughput_tok_s": num(cell.get("output_throughput_tok_s")),
+            "throughput_window": "whole", "whole_output_throughput_tok_s": num(cell.get("output_throughput_tok_s")),
             "requests_per_s": completed / wall if completed is not None and wall and wall > 0 else math.nan,
             "decode_tok_s_median": sub(cell, "decode_tok_s", "median"),
             "ttft_p50_s": sub(cell, "ttft_s", "p50"), "ttft_p90_s": sub(cell, "ttft_s", "p90"),

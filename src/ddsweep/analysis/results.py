@@ -34,7 +34,7 @@ METRIC_COLUMNS: dict[str, str] = {m: ("decode_tok_s_median" if m == "decode_tok_
 LOWER_IS_BETTER: frozenset[str] = frozenset({"ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s"})
 METRIC_LABELS: dict[str, str] = {
     "decode_tok_s": "single-request decode speed (tok/s)",
-    "output_throughput_tok_s": "aggregate output throughput (tok/s)",
+    "output_throughput_tok_s": "aggregate output throughput (tok/s, steady state)",
     "acceptance_length": "mean acceptance length (tokens/verify step)",
     "ttft_p50_s": "median time to first token (s)",
     "ttft_p99_s": "99th-percentile time to first token (s)",
@@ -50,8 +50,9 @@ POINT_COLUMNS: tuple[str, ...] = (
     "interconnect", "engine_version", "git_commit", "hostname",
 )
 CELL_COLUMNS: tuple[str, ...] = (
-    "point_id", "kind", *KNOBS, "context", "concurrency", "repeat", "completed", "failed", "wall_s",
-    "output_throughput_tok_s", "requests_per_s", "decode_tok_s_median", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
+    "point_id", "kind", *KNOBS, "workload", "context", "concurrency", "repeat", "completed", "failed", "wall_s",
+    "output_throughput_tok_s", "throughput_window", "whole_output_throughput_tok_s", "requests_per_s",
+    "decode_tok_s_median", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
     "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "e2e_p50_s", "e2e_p99_s", "acceptance_length", "source",
     "simulated",
 )
@@ -60,8 +61,8 @@ GROUP_COLUMNS: tuple[str, ...] = (
     "confidence", "simulated",
 )
 REQUEST_COLUMNS: tuple[str, ...] = (
-    "point_id", "context", "concurrency", "repeat", "ok", "completion_tokens", "start_ts", "end_ts", "ttft_s",
-    "tpot_s", "e2e_s",
+    "point_id", "workload", "ignore_eos", "context", "concurrency", "repeat", "ok", "completion_tokens",
+    "spec_verify_ct", "start_ts", "end_ts", "ttft_s", "tpot_s", "e2e_s",
 )
 FAILURE_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", "preset", *KNOBS, "status", "error_kind", "reason", "step", "duration_s", "host",
@@ -96,6 +97,9 @@ class PointRecord:
     verification_ok: bool | None = None
     issues: list[str] = field(default_factory=list)
     outcome: dict[str, Any] = field(default_factory=dict)
+    workloads: list[dict[str, Any]] = field(default_factory=list)  # cells.json `workloads` (stopping rules)
+    unverified: list[dict[str, Any]] = field(default_factory=list)  # verification.json `unverified` knobs
+    off_target_cells: list[dict[str, Any]] = field(default_factory=list)  # cells whose prompts missed the context
 
     def knobs(self) -> dict[str, int | None]:
         """Return the four knobs as a dict (None where a knob does not apply or the window is off)."""
@@ -383,6 +387,8 @@ def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, li
     verification = _read_json(directory / "verification.json", issues, required=False)
     if isinstance(verification, dict) and "ok" in verification:
         record.verification_ok = bool(verification["ok"])
+    if isinstance(verification, dict) and isinstance(verification.get("unverified"), list):
+        record.unverified = [u for u in verification["unverified"] if isinstance(u, dict)]
 
     cells = _read_json(directory / "bench" / "cells.json", issues, required=False)
     if cells is not None and not isinstance(cells, dict):
@@ -390,6 +396,8 @@ def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, li
         cells = None
     if isinstance(cells, dict):
         simulated_flags.append(bool(cells.get("simulated")))
+        record.off_target_cells = [c for c in cells.get("cells") or []
+                                   if isinstance(c, dict) and c.get("prompt_tokens_off_target")]
 
     requests = _read_jsonl(directory / "bench" / "requests.jsonl", issues)
     measured = any(not r.get("warmup") for r in requests)
@@ -424,8 +432,20 @@ def _cell_rows(record: PointRecord, cells: dict[str, Any] | None, requests: list
         cell_rows = figures_from_cells_document(cells)
         if len(cell_rows) < len(cells.get("cells") or []):
             record.issues.append("bench/cells.json: a cell without a context was skipped")
-    return ([{**base, **row} for row in cell_rows],
+    record.workloads = cells.get("workloads") if cells and isinstance(cells.get("workloads"), list) else []
+    primary = primary_workload(record, cell_rows)
+    # The decisions compare points on the primary (first configured) workload; every workload's cells stay
+    # in the requests frame for acceptance per workload.
+    return ([{**base, **row} for row in cell_rows if row.get("workload", "") == primary],
             [{"point_id": record.point_id, **row} for row in request_rows])
+
+
+def primary_workload(record: PointRecord, cell_rows: list[dict[str, Any]]) -> str:
+    """The point's first configured workload (cells.json `workloads[0]`), else that of its first cell row."""
+    named = [w.get("name") for w in record.workloads if isinstance(w, dict) and isinstance(w.get("name"), str)]
+    if named:
+        return named[0]
+    return str(cell_rows[0].get("workload", "")) if cell_rows else ""
 
 
 def group_table(cells: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:

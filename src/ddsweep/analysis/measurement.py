@@ -34,8 +34,9 @@ def workload_caveats(d: Decisions) -> list[dict[str, Any]]:
         steady = int((cells["throughput_window"] == "steady").sum())
         out.append({"kind": "steady_state", "title": "Throughput window", "text": (
             f"Aggregate output throughput is measured over each cell's steady state (from the moment C requests "
-            f"are in flight until the first of the last C completions) in {steady} of {len(cells)} cell repeats; "
-            "the others (no steady state: too few requests) use the whole cell. Both figures are in "
+            f"are in flight until the first of the last C completions) in {steady} of {len(cells)} cell repeats"
+            + ("; the others (no steady state: too few requests) use the whole cell. " if steady < len(cells)
+               else ". ") + "Both figures are in "
             "results/tables/bench_cells.csv (`output_throughput_tok_s`, `whole_output_throughput_tok_s`).")})
     return out
 

@@ -8,7 +8,6 @@ from snakemake.utils import validate
 from ddsweep.config.plan import running_points
 from ddsweep.config.study import ConfigError, point_record, validate_config
 
-
 # ddsweep's own check first: its messages name the key and the rule broken; the catalog-style schema
 # validation then fills in the schema's defaults.
 try:

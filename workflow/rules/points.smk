@@ -7,16 +7,11 @@ rule run_point:
         done="results/points/{point}/done.json",
     log:
         "results/logs/points/{point}.log",
+    # Retries are resubmissions by the Snakemake on the submit host: inside a Slurm job (remote execution) a retry
+    # would rerun the point in the same allocation, whose time is up.
+    retries: 0 if workflow.remote_exec else RESOURCES["retries"]
     conda:
         "../../envs/server.yaml"
-    params:
-        preset=lambda wildcards: POINTS[wildcards.point].preset,
-        budget=knob("budget"),
-        topk=knob("topk"),
-        block_size=knob("block_size"),
-        window=knob("window"),
-        record=point_record_json,
-        outdir=lambda wildcards: f"results/points/{wildcards.point}",
     # A real point job owns the machine's GPUs: locally, one point at a time. Stand-in points use no GPU.
     threads: 1 if STUDY["simulated"] else workflow.cores
     resources:
@@ -28,9 +23,14 @@ rule run_point:
         constraint=RESOURCES["constraint"],
         nodes=RESOURCES["nodes"],
         slurm_extra=slurm_extra_flags(),
-    # Retries are resubmissions by the Snakemake on the submit host: inside a Slurm job (remote execution) a retry
-    # would rerun the point in the same allocation, whose time is up.
-    retries: 0 if workflow.remote_exec else RESOURCES["retries"]
+    params:
+        preset=lambda wildcards: POINTS[wildcards.point].preset,
+        budget=knob("budget"),
+        topk=knob("topk"),
+        block_size=knob("block_size"),
+        window=knob("window"),
+        record=point_record_json,
+        outdir=lambda wildcards: f"results/points/{wildcards.point}",
     shell:
         "ddsweep run-point --record {params.record:q} --out {params.outdir} --done {output.done} > {log} 2>&1 "
         "|| (tail -n 30 {log} >&2; exit 1)"

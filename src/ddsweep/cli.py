@@ -18,6 +18,9 @@ SUBCOMMANDS = {
     "coding-eval": "ddsweep.coding.eval",
     "summarize": "ddsweep.analysis.summarize",
     "bundle": "ddsweep.analysis.bundle",
+    "select": "ddsweep.analysis.screening",
+    "funnel": "ddsweep.analysis.screening",
+    "merge-launches": "ddsweep.point.launches",
 }
 
 

@@ -2,6 +2,7 @@ import json
 
 from snakemake.utils import validate
 
+from ddsweep.config.stages import is_adaptive
 from ddsweep.config.study import ConfigError, expand_points, point_record, validate_config
 
 
@@ -15,6 +16,7 @@ validate(config, schema="../schemas/config.schema.yaml")
 
 POINTS = {point.point_id: point for point in expand_points(STUDY)}
 RESOURCES = STUDY.get("resources", {})
+ADAPTIVE = is_adaptive(STUDY)
 
 PLOTS = [
     "throughput_vs_concurrency",
@@ -33,7 +35,10 @@ wildcard_constraints:
 
 
 def point_status_files():
-    """The completion marker of every point in this configuration."""
+    """The completion marker of every point in this configuration; in an adaptive study an input function
+    giving the confirmed points' markers (known after the selection checkpoint, workflow/rules/adaptive.smk)."""
+    if ADAPTIVE:
+        return confirmed_status_files
     return expand("results/points/{point}/status.json", point=list(POINTS))
 
 
@@ -60,4 +65,5 @@ def final_outputs():
         "reports/bundle.json",
         *expand("results/tables/{table}.csv", table=TABLES),
         *expand("reports/plots/{plot}.png", plot=PLOTS),
+        *(["reports/adaptive_funnel.md"] if ADAPTIVE else []),
     ]

@@ -342,8 +342,8 @@ def find_point(config: dict, point_id: str) -> Point:
 
 def configured_point_ids(config: Mapping[str, Any] | None) -> list[str] | None:
     """The point ids of a full study configuration, or None (meaning: every point found) for a partial one."""
-    if not config or "sweep" not in config:
-        return None
+    if not config or "sweep" not in config or config["sweep"].get("strategy") == "adaptive":
+        return None  # an adaptive study's confirmed points include refinement points outside the grid
     try:
         return [p.point_id for p in expand_points(validate_config(config))]
     except ConfigError:
@@ -395,6 +395,9 @@ def format_plan(config: dict) -> str:
     lines += ["", f"{len(points)} points; {est['cells_per_point']} benchmark cells per point",
               f"estimated {est['per_point_min']:.0f} min per point, {est['total_min'] / 60:.1f} h of jobs in all "
               f"= {est['gpu_hours']:.0f} GPU-hours at {gpus} GPUs per point"]
+    from ddsweep.config.stages import format_stage_plan  # stages imports this module
+
+    lines += format_stage_plan(config)
     if config.get("simulated"):
         lines.append("SIMULATED: the launcher is the stand-in server; no GPU is used")
     return "\n".join(lines)

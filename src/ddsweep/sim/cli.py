@@ -7,10 +7,12 @@ It accepts the same command-line flags as `python -m sglang.launch_server` (unkn
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import random
 from typing import Any
 
-from ddsweep.sim.model import Knobs, ModelParams
+from ddsweep.sim.model import Knobs, ModelParams, stable_hash
 from ddsweep.sim.server import FAULT_KINDS, Fault, SimSettings, log, run
 
 DEFAULT_BUDGET = 16
@@ -63,6 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--sim-prefill-ms-per-1k", type=float, default=ModelParams.prefill_ms_per_1k)
     sim.add_argument("--sim-accept-fixed", type=int, default=None,
                      help="every verify step accepts exactly this many tokens (for measuring clients)")
+    sim.add_argument("--sim-launch-noise", type=float, default=0.0, metavar="CV",
+                     help="variation between launches: every step time is scaled by exp(N(0, CV)), drawn once "
+                          "per launch (the variation a fresh server start brings on real hardware)")
+    sim.add_argument("--sim-launch-seed", type=int, default=None,
+                     help="seed of the launch's draw (default: a fresh random seed per launch, logged)")
     sim.add_argument("--sim-fault", action="append", default=[], metavar="KIND[:ARG]",
                      help=f"inject a fault (repeatable): {', '.join(FAULT_KINDS)}")
 
@@ -129,7 +136,7 @@ def build_settings(args: argparse.Namespace, unknown: dict[str, Any], env: dict[
         knobs = Knobs("ddtree", budget, topk, block, window)
     if knobs.window is not None and knobs.block_size and knobs.window < knobs.block_size:
         raise ValueError(f"draft window size {knobs.window} must be >= block size {knobs.block_size}")
-    params = ModelParams(step_ms=args.sim_step_ms, token_cost=args.sim_token_cost, draft_frac=args.sim_draft_frac,
+    params = ModelParams(step_ms=args.sim_step_ms * launch_factor(args.sim_launch_noise, args.sim_launch_seed), token_cost=args.sim_token_cost, draft_frac=args.sim_draft_frac,
                          draft_batch_frac=args.sim_draft_batch_frac, prefill_ms_per_1k=args.sim_prefill_ms_per_1k,
                          trained_block_size=args.sim_trained_block_size, trained_window=args.sim_trained_window,
                          accept_fixed=args.sim_accept_fixed)
@@ -149,6 +156,17 @@ def build_settings(args: argparse.Namespace, unknown: dict[str, Any], env: dict[
     return SimSettings(host=args.host, port=args.port, model_path=args.model_path, served_model_name=served,
                        knobs=knobs, params=params, seed=args.sim_seed, startup_delay_s=args.sim_startup_delay,
                        faults=faults, server_args=server_args)
+
+
+def launch_factor(cv: float, seed: int | None) -> float:
+    """This launch's step-time factor exp(N(0, cv)); a seed of None draws a fresh one (logged) per launch."""
+    if cv <= 0:
+        return 1.0
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**32)
+    factor = math.exp(random.Random(stable_hash("launch", seed)).gauss(0.0, cv))
+    log(f"launch noise: seed {seed}, step-time factor {factor:.4f} [simulated]")
+    return factor
 
 
 def config_line(knobs: Knobs) -> str:

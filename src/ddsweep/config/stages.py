@@ -1,0 +1,204 @@
+"""The adaptive study's stages: which points each stage runs, their job records, refinement and GPU-time plans.
+
+`sweep.strategy: adaptive` replaces the full grid by three stages: a short screening run of every point
+(regime cells only, few requests, one launch, no coding eval), a selection that keeps every point that could
+still be the best (analysis/screening.py), an optional refinement that screens knob values between the grid's
+(`sweep.refine`), and a confirmation of the survivors with the configured repeats, one fresh server launch
+per repeat.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from ddsweep.config.study import (
+    KNOBS,
+    ConfigError,
+    Point,
+    _compile_constraint,
+    _make_point,
+    estimate_minutes,
+    expand_points,
+    point_record,
+)
+
+STRATEGIES = ("grid", "adaptive")
+_DDTREE_ID = re.compile(r"^(?:(?P<preset>[A-Za-z0-9_]+)-)?bs(?P<block_size>\d+)-b(?P<budget>\d+)-t(?P<topk>\d+)"
+                        r"-w(?P<window>\d+|off)$")
+
+
+def is_adaptive(config: dict) -> bool:
+    """Whether the study uses the adaptive strategy (screen, select, refine, confirm)."""
+    return config.get("sweep", {}).get("strategy", "grid") == "adaptive"
+
+
+def screen_settings(config: dict) -> dict:
+    """`sweep.screen` with defaults (the schema fills them at validation; repeated here only for raw dicts)."""
+    defaults = {"requests_per_cell": 8, "confidence": 0.95, "launch_cv": 0.03, "expected_survivors": 0.25}
+    return {**defaults, **config.get("sweep", {}).get("screen", {})}
+
+
+def baseline_ids(config: dict) -> list[str]:
+    """Points the selection always keeps: the autoregressive and DFlash baselines."""
+    return [p.point_id for p in expand_points(config) if p.kind in ("ar", "dflash")]
+
+
+def screen_benchmark(config: dict) -> dict:
+    """The screening benchmark: only the regimes' contexts and concurrencies, fewer requests, one repeat."""
+    bench = copy.deepcopy(config["benchmark"])
+    regimes = config.get("analysis", {}).get("regimes", [])
+    if regimes:
+        bench["contexts"] = sorted({r["context"] for r in regimes})
+        bench["concurrency"] = sorted({r["concurrency"] for r in regimes})
+    bench["requests_per_cell"] = screen_settings(config)["requests_per_cell"]
+    bench["repeats"] = 1
+    return bench
+
+
+def screen_record(config: dict, point: Point) -> dict:
+    """The run-point record of a screening job: the screening benchmark and no coding eval."""
+    record = point_record(config, point)
+    record["benchmark"] = screen_benchmark(config)
+    record["coding_eval"] = {**record["coding_eval"], "enabled": False}
+    record["stage"] = "screen"
+    return record
+
+
+def confirm_record(config: dict, point: Point, launch: int) -> dict:
+    """The run-point record of confirmation launch `launch`: one repeat per launch; coding eval in launch 0."""
+    record = point_record(config, point)
+    record["benchmark"] = {**record["benchmark"], "repeats": 1}
+    if launch > 0:
+        record["coding_eval"] = {**record["coding_eval"], "enabled": False}
+    record["stage"] = "confirm"
+    record["launch"] = launch
+    return record
+
+
+def confirm_launches(config: dict) -> int:
+    """Fresh server launches per confirmed point: the configured benchmark repeats."""
+    return int(config["benchmark"].get("repeats", 3))
+
+
+def _allowed(config: dict, point: Point) -> bool:
+    """Whether a ddtree point passes the sweep's constraints."""
+    constraints = [_compile_constraint(c, f"sweep.constraints[{i}]")
+                   for i, c in enumerate(config["sweep"].get("constraints", []))]
+    return all(eval(code, {"__builtins__": {}}, dict(point.knobs)) for code in constraints)  # noqa: S307
+
+
+def refine_candidates(config: dict, survivors: Iterable[str]) -> list[Point]:
+    """Points `sweep.refine` adds around the surviving grid points: each refined knob moved by ± its step,
+    kept inside the grid's range for that knob, passing the constraints and not already in the sweep."""
+    refine = config.get("sweep", {}).get("refine") or {}
+    grid = config["sweep"].get("grid") or {}
+    if not refine or not grid:
+        return []
+    known = {p.point_id: p for p in expand_points(config)}
+    added: dict[str, Point] = {}
+    for pid in survivors:
+        point = known.get(pid)
+        if point is None or point.kind != "ddtree" or point.preset != config["sweep"].get("preset", "ddtree"):
+            continue
+        for knob, step in refine.items():
+            values = [v for v in grid.get(knob, []) if v is not None]
+            if not values or getattr(point, knob) is None:
+                continue
+            for sign in (-1, 1):
+                value = getattr(point, knob) + sign * step
+                if not min(values) < value < max(values) or value in values:
+                    continue
+                knobs = {**point.knobs, knob: value}
+                try:
+                    candidate = _make_point(config, {"preset": point.preset, **knobs}, f"sweep.refine.{knob}")
+                except ConfigError:
+                    continue
+                if candidate.point_id not in known and _allowed(config, candidate):
+                    added.setdefault(candidate.point_id, candidate)
+    return list(added.values())
+
+
+def resolve_point(config: dict, point_id: str) -> Point:
+    """The point with this id: a configured one, or a refinement point of the sweep's preset (parsed from its
+    id and checked against `sweep.refine`, the grid's range and the constraints)."""
+    known = {p.point_id: p for p in expand_points(config)}
+    if point_id in known:
+        return known[point_id]
+    match = _DDTREE_ID.match(point_id)
+    preset = config["sweep"].get("preset", "ddtree")
+    refine = config["sweep"].get("refine") or {}
+    if match and (match["preset"] or "ddtree") == preset and refine:
+        knobs: dict[str, Any] = {k: int(match[k]) for k in ("block_size", "budget", "topk")}
+        knobs["window"] = None if match["window"] == "off" else int(match["window"])
+        point = _make_point(config, {"preset": preset, **knobs}, f"point {point_id}")
+        grid = config["sweep"].get("grid") or {}
+        changed = [k for k in KNOBS if knobs[k] not in (grid.get(k) or [])]
+        if len(changed) == 1 and changed[0] in refine and _allowed(config, point):
+            values = [v for v in grid[changed[0]] if v is not None]
+            if min(values) < knobs[changed[0]] < max(values):
+                return point
+    raise ConfigError(f"no point {point_id!r} in this configuration or its refinement (sweep.refine); "
+                      f"configured: {', '.join(known)}")
+
+
+def _max_refinements(config: dict, points: list[Point]) -> int:
+    """Upper bound on refinement points: every refinement candidate of every grid point."""
+    return len(refine_candidates(config, [p.point_id for p in points]))
+
+
+def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
+    """Worst-case and expected job minutes of each adaptive stage, and of the full grid, for `ddsweep plan`."""
+    points = expand_points(config)
+    n = len(points)
+    screen_cfg = screen_settings(config)
+    est = config.get("resources", {}).get("estimate", {})
+    startup, cell = est.get("startup_min", 10), est.get("cell_min", 1.5)
+    coding = est.get("coding_min", 15) if config.get("coding_eval", {}).get("enabled", True) else 0.0
+    bench = config["benchmark"]
+    sbench = screen_benchmark(config)
+    scale = sbench["requests_per_cell"] / max(1, bench.get("requests_per_cell", 32))
+    screen_point = startup + len(sbench["contexts"]) * len(sbench["concurrency"]) * cell * scale
+    launches = confirm_launches(config)
+    launch = startup + len(bench["contexts"]) * len(bench["concurrency"]) * cell
+    confirm_point = launches * launch + coding
+    n_refine = _max_refinements(config, points)
+    fraction = screen_cfg["expected_survivors"]
+    n_base = len(baseline_ids(config))
+    expected_survivors = min(n, n_base + fraction * (n - n_base))
+    grid = estimate_minutes(config, n)["total_min"]
+    return {
+        "grid": {"points": n, "worst_min": grid, "expected_min": grid},
+        "screen": {"points": n, "worst_min": n * screen_point, "expected_min": n * screen_point},
+        "refine": {"points": n_refine, "worst_min": n_refine * screen_point,
+                   "expected_min": fraction * n_refine * screen_point},
+        "confirm": {"points": n + n_refine, "worst_min": (n + n_refine) * confirm_point,
+                    "expected_min": (expected_survivors + fraction * fraction * n_refine) * confirm_point},
+    }
+
+
+def format_stage_plan(config: dict) -> list[str]:
+    """Plan lines for an adaptive study: each stage's worst-case and expected GPU time next to the grid's."""
+    if not is_adaptive(config):
+        return []
+    gpus = config.get("resources", {}).get("gpus", 8)
+    stages = stage_estimates(config)
+    fraction = screen_settings(config)["expected_survivors"]
+
+    def hours(minutes: float) -> str:
+        return f"{minutes / 60:6.1f} h = {minutes * gpus / 60:6.0f} GPU-h"
+
+    lines = ["", f"adaptive strategy (expected: {fraction:.0%} of the non-baseline points survive the screening)",
+             f"{'stage':<10} {'points':>7}  {'worst case':>25}  {'expected':>25}"]
+    for name in ("screen", "refine", "confirm"):
+        s = stages[name]
+        lines.append(f"{name:<10} {s['points']:>7}  {hours(s['worst_min']):>25}  {hours(s['expected_min']):>25}")
+    worst = sum(stages[s]["worst_min"] for s in ("screen", "refine", "confirm"))
+    expected = sum(stages[s]["expected_min"] for s in ("screen", "refine", "confirm"))
+    lines.append(f"{'adaptive':<10} {'':>7}  {hours(worst):>25}  {hours(expected):>25}")
+    lines.append(f"{'full grid':<10} {stages['grid']['points']:>7}  {hours(stages['grid']['worst_min']):>25}  "
+                 f"{hours(stages['grid']['expected_min']):>25}")
+    return lines
+

@@ -1,0 +1,191 @@
+# Adaptive study (sweep.strategy: adaptive; docs/adaptive.md). Instead of running every point in full:
+# 1. screen_point: every configured point, briefly (regime cells, few requests, one launch, no coding eval),
+#    under results/screen/<id>/;
+# 2. checkpoint screen_select: keep every point that could still be the best (results/screen/round1.json),
+#    listing refinement points around the survivors (sweep.refine), which are then screened too;
+# 3. checkpoint screen_final: select again among survivors and refinement points (results/screen/selection.json);
+# 4. confirm_launch: each survivor with the configured repeats, each repeat a fresh server launch
+#    (results/confirm/<id>/launch-<k>/); launch k of every survivor waits for launch k-1 of all survivors, so
+#    launches interleave across points; confirm_merge joins a point's launches into results/points/<id>/,
+#    the layout `ddsweep summarize` reads; funnel records the points and GPU time of each stage.
+# Stage results live in their own directories: changing the analysis or the confirmation reruns no screening.
+from pathlib import Path
+
+from ddsweep.config.stages import confirm_launches, confirm_record, resolve_point, screen_record
+
+
+LAUNCHES = confirm_launches(STUDY)
+
+
+localrules:
+    screen_select,
+    screen_final,
+    confirm_merge,
+    funnel,
+
+
+wildcard_constraints:
+    apoint=r"[A-Za-z0-9_.-]+",
+    launch="|".join(str(k) for k in range(LAUNCHES)),
+
+
+def adaptive_point(wildcards):
+    """The point of the wildcard: configured, or a refinement point (sweep.refine)."""
+    return resolve_point(STUDY, wildcards.apoint)
+
+
+def adaptive_preflight(wildcards):
+    """The preflight result of the point's preset."""
+    return f"results/preflight/{adaptive_point(wildcards).preset}.json"
+
+
+def refined_screen_files(wildcards):
+    """Screening markers of the refinement points listed by the first selection round."""
+    round1 = json.loads(Path(checkpoints.screen_select.get().output[0]).read_text())
+    return expand("results/screen/{apoint}/status.json", apoint=round1["refine"])
+
+
+def confirmed_points():
+    """The points the final selection keeps (known once the screen_final checkpoint has run)."""
+    return json.loads(Path(checkpoints.screen_final.get().output[0]).read_text())["survivors"]
+
+
+def confirmed_status_files(wildcards):
+    """The merged confirmation markers of every confirmed point (the summary's inputs)."""
+    return expand("results/points/{apoint}/status.json", apoint=confirmed_points())
+
+
+def previous_launch_round(wildcards):
+    """Launch k of a point waits for launch k-1 of every confirmed point (ancient: existence only)."""
+    k = int(wildcards.launch)
+    if k == 0:
+        return []
+    return ancient(
+        expand(
+            "results/confirm/{apoint}/launch-{k}/status.json",
+            apoint=confirmed_points(),
+            k=k - 1,
+        )
+    )
+
+
+rule screen_point:
+    input:
+        preflight=adaptive_preflight,
+    output:
+        status="results/screen/{apoint}/status.json",
+    log:
+        "results/logs/screen/{apoint}.log",
+    conda:
+        "../../envs/server.yaml"
+    params:
+        record=lambda wildcards: json.dumps(
+            screen_record(STUDY, adaptive_point(wildcards)), sort_keys=True
+        ),
+        outdir=lambda wildcards: f"results/screen/{wildcards.apoint}",
+    threads: 1 if STUDY.get("simulated") else workflow.cores
+    resources:
+        gres=slurm_gpu_request(),
+        slurm_partition=RESOURCES.get("partition") or "",
+        runtime=RESOURCES.get("runtime_min", 240),
+        cpus_per_task=RESOURCES.get("cpus_per_task", 8),
+        mem_mb=RESOURCES.get("mem_mb", 64000),
+        slurm_extra=RESOURCES.get("slurm_extra") or "",
+    shell:
+        "ddsweep run-point --record {params.record:q} --out {params.outdir} > {log} 2>&1 "
+        "|| (tail -n 30 {log} >&2; exit 1)"
+
+
+checkpoint screen_select:
+    input:
+        points=expand("results/screen/{apoint}/status.json", apoint=list(POINTS)),
+        config="results/study_config.yaml",
+    output:
+        "results/screen/round1.json",
+    log:
+        "results/logs/screen/select_round1.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "ddsweep select --config {input.config} --screen results/screen --out {output} > {log} 2>&1"
+
+
+checkpoint screen_final:
+    input:
+        round1="results/screen/round1.json",
+        refined=refined_screen_files,
+        config="results/study_config.yaml",
+    output:
+        "results/screen/selection.json",
+    log:
+        "results/logs/screen/select_final.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "ddsweep select --config {input.config} --screen results/screen --previous {input.round1} "
+        "--out {output} > {log} 2>&1"
+
+
+rule confirm_launch:
+    input:
+        preflight=adaptive_preflight,
+        previous=previous_launch_round,
+    output:
+        status="results/confirm/{apoint}/launch-{launch}/status.json",
+    log:
+        "results/logs/confirm/{apoint}-launch-{launch}.log",
+    conda:
+        "../../envs/server.yaml"
+    params:
+        record=lambda wildcards: json.dumps(
+            confirm_record(STUDY, adaptive_point(wildcards), int(wildcards.launch)),
+            sort_keys=True,
+        ),
+        outdir=lambda wildcards: f"results/confirm/{wildcards.apoint}/launch-{wildcards.launch}",
+    threads: 1 if STUDY.get("simulated") else workflow.cores
+    resources:
+        gres=slurm_gpu_request(),
+        slurm_partition=RESOURCES.get("partition") or "",
+        runtime=RESOURCES.get("runtime_min", 240),
+        cpus_per_task=RESOURCES.get("cpus_per_task", 8),
+        mem_mb=RESOURCES.get("mem_mb", 64000),
+        slurm_extra=RESOURCES.get("slurm_extra") or "",
+    shell:
+        "ddsweep run-point --record {params.record:q} --out {params.outdir} > {log} 2>&1 "
+        "|| (tail -n 30 {log} >&2; exit 1)"
+
+
+rule confirm_merge:
+    input:
+        expand(
+            "results/confirm/{{apoint}}/launch-{launch}/status.json",
+            launch=range(LAUNCHES),
+        ),
+    output:
+        status="results/points/{apoint}/status.json",
+    log:
+        "results/logs/confirm/{apoint}-merge.log",
+    conda:
+        "../../envs/server.yaml"
+    params:
+        launches=lambda wildcards, input: [str(Path(f).parent) for f in input],
+        outdir=lambda wildcards: f"results/points/{wildcards.apoint}",
+    shell:
+        "ddsweep merge-launches {params.launches:q} --out {params.outdir} > {log} 2>&1"
+
+
+rule funnel:
+    input:
+        selection="results/screen/selection.json",
+        points=confirmed_status_files,
+        config="results/study_config.yaml",
+    output:
+        funnel="results/screen/funnel.json",
+        markdown="reports/adaptive_funnel.md",
+    log:
+        "results/logs/funnel.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "ddsweep funnel --config {input.config} --selection {input.selection} --screen results/screen "
+        "--confirm results/confirm --out {output.funnel} --markdown {output.markdown} > {log} 2>&1"

@@ -16,7 +16,6 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -188,7 +187,8 @@ def select(config: dict, requests: dict[str, list[dict]], keep: list[str] | None
         common = set.intersection(*(set(per_regime[r]) for r in used))
         scores = {}
         for pid in common:
-            parts = [(w / total * per_regime[r][pid].value / tops[r], per_regime[r][pid].rel_se) for r, w in used.items()]
+            parts = [(w / total * per_regime[r][pid].value / tops[r], per_regime[r][pid].rel_se)
+                     for r, w in used.items()]
             value = sum(p for p, _ in parts)
             scores[pid] = Estimate(value, math.sqrt(sum((p * s) ** 2 for p, s in parts)) / value)
         dropped = {}
@@ -210,10 +210,8 @@ def select(config: dict, requests: dict[str, list[dict]], keep: list[str] | None
 def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous: dict | None) -> Selection:
     """Round 1 (previous None): select among the configured points and list refinement points around the
     survivors. Final round: select again among round-1 survivors and the refinement points."""
-    if previous is None:
-        candidates = point_ids
-    else:
-        candidates = list(dict.fromkeys([*previous["survivors"], *previous["refine"]]))
+    candidates = point_ids if previous is None else list(dict.fromkeys([*previous["survivors"],
+                                                                         *previous["refine"]]))
     requests, failed = load_screen(screen_dir, candidates)
     selection = select(config, requests)
     selection.failed = failed

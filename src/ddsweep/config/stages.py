@@ -10,12 +10,9 @@ per repeat.
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Iterable
-from typing import Any
 
 from ddsweep.config.study import (
-    KNOBS,
     ConfigError,
     Point,
     _compile_constraint,
@@ -26,8 +23,6 @@ from ddsweep.config.study import (
 )
 
 STRATEGIES = ("grid", "adaptive")
-_DDTREE_ID = re.compile(r"^(?:(?P<preset>[A-Za-z0-9_]+)-)?bs(?P<block_size>\d+)-b(?P<budget>\d+)-t(?P<topk>\d+)"
-                        r"-w(?P<window>\d+|off)$")
 
 
 def is_adaptive(config: dict) -> bool:
@@ -91,8 +86,9 @@ def _allowed(config: dict, point: Point) -> bool:
 
 
 def refine_candidates(config: dict, survivors: Iterable[str]) -> list[Point]:
-    """Points `sweep.refine` adds around the surviving grid points: each refined knob moved by ± its step,
-    kept inside the grid's range for that knob, passing the constraints and not already in the sweep."""
+    """Points `sweep.refine` adds around the surviving grid points (not explicit `sweep.points`): each refined
+    knob moved by ± its step, kept inside the grid's range for that knob, passing the constraints and not
+    already in the sweep."""
     refine = config.get("sweep", {}).get("refine") or {}
     grid = config["sweep"].get("grid") or {}
     if not refine or not grid:
@@ -103,6 +99,8 @@ def refine_candidates(config: dict, survivors: Iterable[str]) -> list[Point]:
         point = known.get(pid)
         if point is None or point.kind != "ddtree" or point.preset != config["sweep"].get("preset", "ddtree"):
             continue
+        if any(getattr(point, k) not in grid.get(k, [None]) for k in ("budget", "topk", "block_size", "window")):
+            continue  # an explicit point outside the grid (sweep.points) is not refined
         for knob, step in refine.items():
             values = [v for v in grid.get(knob, []) if v is not None]
             if not values or getattr(point, knob) is None:
@@ -122,24 +120,13 @@ def refine_candidates(config: dict, survivors: Iterable[str]) -> list[Point]:
 
 
 def resolve_point(config: dict, point_id: str) -> Point:
-    """The point with this id: a configured one, or a refinement point of the sweep's preset (parsed from its
-    id and checked against `sweep.refine`, the grid's range and the constraints)."""
+    """The point with this id: a configured one, or one that `sweep.refine` could add around a configured one."""
     known = {p.point_id: p for p in expand_points(config)}
     if point_id in known:
         return known[point_id]
-    match = _DDTREE_ID.match(point_id)
-    preset = config["sweep"].get("preset", "ddtree")
-    refine = config["sweep"].get("refine") or {}
-    if match and (match["preset"] or "ddtree") == preset and refine:
-        knobs: dict[str, Any] = {k: int(match[k]) for k in ("block_size", "budget", "topk")}
-        knobs["window"] = None if match["window"] == "off" else int(match["window"])
-        point = _make_point(config, {"preset": preset, **knobs}, f"point {point_id}")
-        grid = config["sweep"].get("grid") or {}
-        changed = [k for k in KNOBS if knobs[k] not in (grid.get(k) or [])]
-        if len(changed) == 1 and changed[0] in refine and _allowed(config, point):
-            values = [v for v in grid[changed[0]] if v is not None]
-            if min(values) < knobs[changed[0]] < max(values):
-                return point
+    refined = {p.point_id: p for p in refine_candidates(config, list(known))}
+    if point_id in refined:
+        return refined[point_id]
     raise ConfigError(f"no point {point_id!r} in this configuration or its refinement (sweep.refine); "
                       f"configured: {', '.join(known)}")
 

@@ -136,7 +136,8 @@ def build_settings(args: argparse.Namespace, unknown: dict[str, Any], env: dict[
         knobs = Knobs("ddtree", budget, topk, block, window)
     if knobs.window is not None and knobs.block_size and knobs.window < knobs.block_size:
         raise ValueError(f"draft window size {knobs.window} must be >= block size {knobs.block_size}")
-    params = ModelParams(step_ms=args.sim_step_ms * launch_factor(args.sim_launch_noise, args.sim_launch_seed), token_cost=args.sim_token_cost, draft_frac=args.sim_draft_frac,
+    step_ms = args.sim_step_ms * launch_factor(args.sim_launch_noise, args.sim_launch_seed)
+    params = ModelParams(step_ms=step_ms, token_cost=args.sim_token_cost, draft_frac=args.sim_draft_frac,
                          draft_batch_frac=args.sim_draft_batch_frac, prefill_ms_per_1k=args.sim_prefill_ms_per_1k,
                          trained_block_size=args.sim_trained_block_size, trained_window=args.sim_trained_window,
                          accept_fixed=args.sim_accept_fixed)

@@ -1,0 +1,49 @@
+"""Merging an adaptive study's confirmation launches into one point directory that summarize reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ddsweep.point.launches import MergeError, merge_launches
+
+
+def _launch(root: Path, k: int, speed: float, point_id: str = "bs8-b8-t4-w2048") -> Path:
+    directory = root / point_id / f"launch-{k}"
+    (directory / "bench").mkdir(parents=True)
+    cell = {"context": 128, "concurrency": 1, "repeat": 0, "requests": 2, "completed": 2, "failed": 0,
+            "output_throughput_tok_s": speed, "decode_tok_s": {"median": speed}, "acceptance_length": 4.0,
+            "ttft_s": {"p50": 0.01}, "tpot_s": {"p50": 1 / speed}}
+    (directory / "bench" / "cells.json").write_text(json.dumps(
+        {"simulated": True, "config": {"repeats": 1}, "cells": [cell], "groups": []}))
+    (directory / "bench" / "requests.jsonl").write_text(
+        "".join(json.dumps({"context": 128, "concurrency": 1, "repeat": 0, "index": i}) + "\n" for i in range(2)))
+    (directory / "point.json").write_text(json.dumps({"point_id": point_id, "launch": k}))
+    (directory / "status.json").write_text(json.dumps({"point_id": point_id, "status": "ok", "duration_s": 10.0,
+                                                       "simulated": True}))
+    return directory
+
+
+def test_launch_k_becomes_repeat_k_with_groups_across_launches(tmp_path):
+    launches = [_launch(tmp_path / "confirm", k, speed) for k, speed in enumerate((100.0, 110.0, 90.0))]
+    out = tmp_path / "points" / "bs8-b8-t4-w2048"
+    status = merge_launches(list(reversed(launches)), out)
+    cells = json.loads((out / "bench" / "cells.json").read_text())
+    assert [c["repeat"] for c in cells["cells"]] == [0, 1, 2]
+    assert [c["output_throughput_tok_s"] for c in cells["cells"]] == [100.0, 110.0, 90.0]
+    group = cells["groups"][0]
+    assert group["repeats"] == 3 and group["decode_tok_s"]["median"] == 100.0
+    records = [json.loads(line) for line in (out / "bench" / "requests.jsonl").read_text().splitlines()]
+    assert sorted({(r["repeat"], r["launch"]) for r in records}) == [(0, 0), (1, 1), (2, 2)]
+    assert json.loads((out / "point.json").read_text())["launch"] == 0
+    assert status["launches"] == 3 and status["duration_s"] == 30.0
+    assert json.loads((out / "status.json").read_text()) == status
+    assert len(json.loads((out / "launches.json").read_text())["launches"]) == 3
+
+
+def test_launches_of_different_points_are_refused(tmp_path):
+    launches = [_launch(tmp_path, 0, 100.0), _launch(tmp_path, 1, 100.0, point_id="ar")]
+    with pytest.raises(MergeError, match="launches of different points"):
+        merge_launches(launches, tmp_path / "out")

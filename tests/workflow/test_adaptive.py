@@ -74,3 +74,10 @@ def test_changing_the_analysis_reruns_no_screening_or_confirmation(adaptive_run)
     executed = set(re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):", result.stdout + result.stderr, re.MULTILINE))
     assert {"screen_select", "screen_final", "summarize"} <= executed  # the selection and summary are redone
     assert not {"screen_point", "confirm_launch", "confirm_merge"} & executed, executed
+
+
+def test_the_adaptive_workflow_lints_clean():
+    root = Path(__file__).resolve().parents[2]
+    result = snakemake(root, "--lint", *CONFIGS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "good condition" in result.stdout + result.stderr

@@ -9,12 +9,7 @@
 #    launches interleave across points; confirm_merge joins a point's launches into results/points/<id>/,
 #    the layout `ddsweep summarize` reads; funnel records the points and GPU time of each stage.
 # Stage results live in their own directories: changing the analysis or the confirmation reruns no screening.
-from pathlib import Path
-
-from ddsweep.config.stages import confirm_launches, confirm_record, resolve_point, screen_record
-
-
-LAUNCHES = confirm_launches(STUDY)
+include: "adaptive_common.smk"
 
 
 localrules:
@@ -27,46 +22,6 @@ localrules:
 wildcard_constraints:
     apoint=r"[A-Za-z0-9_.-]+",
     launch="|".join(str(k) for k in range(LAUNCHES)),
-
-
-def adaptive_point(wildcards):
-    """The point of the wildcard: configured, or a refinement point (sweep.refine)."""
-    return resolve_point(STUDY, wildcards.apoint)
-
-
-def adaptive_preflight(wildcards):
-    """The preflight result of the point's preset."""
-    return f"results/preflight/{adaptive_point(wildcards).preset}.json"
-
-
-def refined_screen_files(wildcards):
-    """Screening markers of the refinement points listed by the first selection round."""
-    round1 = json.loads(Path(checkpoints.screen_select.get().output[0]).read_text())
-    return expand("results/screen/{apoint}/status.json", apoint=round1["refine"])
-
-
-def confirmed_points():
-    """The points the final selection keeps (known once the screen_final checkpoint has run)."""
-    return json.loads(Path(checkpoints.screen_final.get().output[0]).read_text())["survivors"]
-
-
-def confirmed_status_files(wildcards):
-    """The merged confirmation markers of every confirmed point (the summary's inputs)."""
-    return expand("results/points/{apoint}/status.json", apoint=confirmed_points())
-
-
-def previous_launch_round(wildcards):
-    """Launch k of a point waits for launch k-1 of every confirmed point (ancient: existence only)."""
-    k = int(wildcards.launch)
-    if k == 0:
-        return []
-    return ancient(
-        expand(
-            "results/confirm/{apoint}/launch-{k}/status.json",
-            apoint=confirmed_points(),
-            k=k - 1,
-        )
-    )
 
 
 rule screen_point:

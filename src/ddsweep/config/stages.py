@@ -175,7 +175,8 @@ def format_stage_plan(config: dict) -> list[str]:
     fraction = screen_settings(config)["expected_survivors"]
 
     def hours(minutes: float) -> str:
-        return f"{minutes / 60:6.1f} h = {minutes * gpus / 60:6.0f} GPU-h"
+        wall = f"{minutes / 60:6.1f} h" if minutes >= 120 else f"{minutes:4.1f} min"
+        return f"{wall} = {minutes * gpus / 60:6.0f} GPU-h"
 
     lines = ["", f"adaptive strategy (expected: {fraction:.0%} of the non-baseline points survive the screening)",
              f"{'stage':<10} {'points':>7}  {'worst case':>25}  {'expected':>25}"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import demo_config
 
-from ddsweep.analysis.screening import funnel, render_funnel, select, select_round
+from ddsweep.analysis.screening import funnel, funnel_markdown, render_funnel, select, select_round
 
 ADAPTIVE = {"sweep": {"strategy": "adaptive", "screen": {"launch_cv": 0.02}}}
 
@@ -96,3 +96,6 @@ def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path
     assert doc["gpu_hours"]["screen"] == 4.0 * 8 / 60
     text = render_funnel(doc, simulated=True)
     assert "SIMULATED" in text and "`bs8-b4-t2-w2048`: \u2212" in text
+    assert funnel_markdown(tmp_path) == ""
+    (screen / "funnel.json").write_text(json.dumps({**doc, "simulated": True}))
+    assert funnel_markdown(tmp_path) == text

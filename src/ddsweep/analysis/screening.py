@@ -287,6 +287,15 @@ def render_funnel(doc: dict, simulated: bool) -> str:
     return "\n".join(out) + "\n"
 
 
+def funnel_markdown(results_dir: Path) -> str:
+    """The funnel section for the optimization summary, or "" when RESULTS_DIR holds no adaptive study."""
+    path = Path(results_dir) / "screen" / "funnel.json"
+    if not path.exists():
+        return ""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    return render_funnel(doc, bool(doc.get("simulated")))
+
+
 def _read_config(path: str) -> dict:
     """The validated study configuration written by the workflow (results/study_config.yaml)."""
     return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}

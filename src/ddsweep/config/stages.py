@@ -31,9 +31,8 @@ def is_adaptive(config: dict) -> bool:
 
 
 def screen_settings(config: dict) -> dict:
-    """`sweep.screen` with defaults (the schema fills them at validation; repeated here only for raw dicts)."""
-    defaults = {"requests_per_cell": 8, "confidence": 0.95, "launch_cv": 0.03, "expected_survivors": 0.25}
-    return {**defaults, **config.get("sweep", {}).get("screen", {})}
+    """`sweep.screen` of a validated configuration (the schema fills its defaults)."""
+    return config["sweep"]["screen"]
 
 
 def baseline_ids(config: dict) -> list[str]:

@@ -21,6 +21,7 @@ counted with the study's cost model (`resources.estimate`: startup, per-cell and
 each strategy actually ran.
 
 Usage: python benchmarks/bench_adaptive.py [--seeds 10] [--launch-cv 0.04] [--assumed-cv 0.04] [--margin 0.02]
+       [--refine-step 2]
 """
 
 from __future__ import annotations
@@ -38,18 +39,19 @@ from pathlib import Path
 import yaml
 
 from ddsweep.analysis.screening import estimate, select_round
-from ddsweep.config.stages import refine_candidates, screen_benchmark
-from ddsweep.config.study import Point, expand_points, validate_config
+from ddsweep.config.plan import running_points
+from ddsweep.config.stages import refine_candidates, resolve_point, screen_benchmark
+from ddsweep.config.study import Point, validate_config
 from ddsweep.sim.model import Knobs, ModelParams, depth_probabilities, prefill_time_s, step_time_s
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ModelParams()
 
 
-def study(assumed_cv: float) -> dict:
-    """The default study as an adaptive one, refining the budget in steps of 2."""
+def study(assumed_cv: float, refine_step: int) -> dict:
+    """The default study as an adaptive one, refining the budget in steps of `refine_step` (0: no refinement)."""
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    config["sweep"].update({"strategy": "adaptive", "refine": {"budget": 2},
+    config["sweep"].update({"strategy": "adaptive", "refine": {"budget": refine_step} if refine_step else {},
                             "screen": {"requests_per_cell": 8, "launch_cv": assumed_cv}})
     return validate_config(config)
 
@@ -173,7 +175,7 @@ def run_grid(config: dict, rng: random.Random, launch_cv: float) -> tuple[dict[s
     n, repeats = bench["requests_per_cell"], bench["repeats"]
     cells = len(bench["contexts"]) * len(bench["concurrency"])
     figs, minutes = {}, 0.0
-    for point in expand_points(config):
+    for point in running_points(config):
         factor = math.exp(rng.gauss(0, launch_cv))
         figs[point.point_id] = figures(config, [measure(config, point, n, factor, rng) for _ in range(repeats)])
         minutes += job_minutes(config, cells, n, repeats, True)
@@ -188,7 +190,7 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
     bench, sbench = config["benchmark"], screen_benchmark(config)
     n_screen = sbench["requests_per_cell"]
     screen_cells = len(sbench["contexts"]) * len(sbench["concurrency"])
-    points = {p.point_id: p for p in expand_points(config)}
+    points = {p.point_id: p for p in running_points(config)}
     minutes = 0.0
 
     def screen(point: Point) -> None:
@@ -227,14 +229,18 @@ def main() -> int:
     parser.add_argument("--launch-cv", type=float, default=0.04, help="true variation between launches")
     parser.add_argument("--assumed-cv", type=float, default=0.04, help="sweep.screen.launch_cv the selection assumes")
     parser.add_argument("--margin", type=float, default=0.02, help="practical-equivalence margin")
+    parser.add_argument("--refine-step", type=int, default=2, help="sweep.refine budget step (0: no refinement)")
     args = parser.parse_args()
-    config = study(args.assumed_cv)
-    grid_points = expand_points(config)
-    universe = [*grid_points, *refine_candidates(config, [p.point_id for p in grid_points])]
-    truth = true_scores(config, universe, grid_points)  # refinement points scored against the grid's best
+    config = study(args.assumed_cv, args.refine_step)
+    grid_points = running_points(config)  # the points the workflow runs: one per alias group
+
+    def truth(name: str, pick: str) -> float:
+        """The pick's true score, each regime normalised by the best grid point (refinement points too)."""
+        return true_scores(config, [resolve_point(config, pick)], grid_points)[name][pick]
+
     priorities = list(config["analysis"]["priorities"])
-    print(f"SIMULATED (stand-in model); {len(grid_points)} grid points, launch_cv {args.launch_cv}, assumed "
-          f"{args.assumed_cv}, margin {args.margin:.0%}")
+    print(f"SIMULATED (stand-in model); {len(grid_points)} grid points that run, launch_cv {args.launch_cv}, assumed "
+          f"{args.assumed_cv}, margin {args.margin:.0%}, refine budget step {args.refine_step or 'none'}")
     print("| seed | grid job-h | adaptive job-h | ratio | screened / refined / confirmed | "
           + " | ".join(f"{p} grid / adaptive" for p in priorities) + " |")
     print("|---" * (5 + len(priorities)) + "|")
@@ -247,10 +253,10 @@ def main() -> int:
                                                     args.launch_cv, Path(tmp))
         cells = []
         for name in priorities:
-            best = max(truth[name][p.point_id] for p in grid_points)
+            best = max(true_scores(config, grid_points, grid_points)[name].values())
 
             def verdict(pick: str, name: str = name, best: float = best) -> tuple[bool, str]:
-                score = truth[name][pick]
+                score = truth(name, pick)
                 ok = score >= (1 - args.margin) * best
                 return ok, f"{'ok' if ok else 'WRONG'} {score / best - 1:+.1%}"
 

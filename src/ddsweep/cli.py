@@ -9,7 +9,7 @@ import sys
 # Subcommand -> module that registers it with `register(subparsers)`. Only the chosen subcommand's module is
 # imported, so light commands (the stand-in server, run-point) do not pay for pandas and matplotlib.
 SUBCOMMANDS = {
-    "plan": "ddsweep.config.study",
+    "plan": "ddsweep.config.plan",
     "validate": "ddsweep.config.study",
     "preflight": "ddsweep.point.preflight",
     "run-point": "ddsweep.point.run",

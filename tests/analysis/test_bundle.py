@@ -13,7 +13,8 @@ import pytest
 from resultsets import simulated_set, write_results
 
 from ddsweep.analysis.bundle import MANIFEST, create_bundle, verify_bundle
-from ddsweep.analysis.decisions import Settings, analyse, render_markdown
+from ddsweep.analysis.decisions import Settings, analyse
+from ddsweep.analysis.render import render_decisions
 from ddsweep.analysis.results import load_results
 from ddsweep.cli import main
 from ddsweep.storage import write_text_atomic
@@ -29,7 +30,7 @@ def study(tmp_path: Path) -> dict[str, Path]:
     (results / "tables").mkdir()
     (results / "tables" / "points.csv").write_text("point_id,simulated\nar,True\n", encoding="utf-8")
     reports = tmp_path / "reports"
-    text = render_markdown(analyse(load_results(results), Settings.from_config(spec.config)))
+    text = render_decisions(analyse(load_results(results), Settings.from_config(spec.config)))
     write_text_atomic(reports / "optimization_summary.md", text)
     (reports / "plots").mkdir()
     (reports / "plots" / "pareto.png").write_bytes(b"\x89PNG\r\n\x1a\nfake")

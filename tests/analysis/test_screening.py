@@ -34,11 +34,11 @@ def requests(speed: float, n: int = 8, spread: float = 0.02, seed: int = 0) -> l
 
 def test_a_clearly_worse_point_is_dropped_with_its_reason():
     config = demo_config(**ADAPTIVE)
-    screened = {"bs8-b8-t4-w2048": requests(100), "bs8-b4-t2-w2048": requests(82, seed=1),
+    screened = {"bs8-b8-t4-w2048": requests(100), "bs8-b4-t1-w2048": requests(82, seed=1),
                 "ar": requests(40, seed=2)}
     selection = select(config, screened)
-    assert "bs8-b4-t2-w2048" not in selection.survivors
-    reason = selection.dropped["bs8-b4-t2-w2048"]
+    assert "bs8-b4-t1-w2048" not in selection.survivors
+    reason = selection.dropped["bs8-b4-t1-w2048"]
     pattern = r"\u2212(\d+)% vs best at [a-z_ ]+ \(bs8-b8-t4-w2048\), interval \u2212(\d+)%\u2026\u2212(\d+)%"
     match = re.fullmatch(pattern, reason)
     assert match, reason
@@ -48,18 +48,18 @@ def test_a_clearly_worse_point_is_dropped_with_its_reason():
 
 def test_a_point_within_noise_survives():
     config = demo_config(**ADAPTIVE)
-    screened = {"bs8-b8-t4-w2048": requests(100), "bs8-b4-t2-w2048": requests(99, seed=1)}
+    screened = {"bs8-b8-t4-w2048": requests(100), "bs8-b4-t1-w2048": requests(99, seed=1)}
     selection = select(config, screened)
     assert set(selection.survivors) == set(screened)
     assert not selection.dropped
 
 
 def test_larger_launch_noise_keeps_more_points():
-    screened = {"bs8-b8-t4-w2048": requests(100), "bs8-b4-t2-w2048": requests(85, seed=1)}
+    screened = {"bs8-b8-t4-w2048": requests(100), "bs8-b4-t1-w2048": requests(85, seed=1)}
     tight = select(demo_config(**ADAPTIVE), screened)
     loose = select(demo_config(sweep={"strategy": "adaptive", "screen": {"launch_cv": 0.10}}), screened)
-    assert "bs8-b4-t2-w2048" in tight.dropped
-    assert "bs8-b4-t2-w2048" in loose.survivors
+    assert "bs8-b4-t1-w2048" in tight.dropped
+    assert "bs8-b4-t1-w2048" in loose.survivors
 
 
 def _write_screen(root: Path, point_id: str, records: list[dict], minutes: float = 1.0) -> None:
@@ -72,18 +72,18 @@ def _write_screen(root: Path, point_id: str, records: list[dict], minutes: float
 def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path):
     config = demo_config(sweep={"strategy": "adaptive", "refine": {"budget": 2}})
     screen = tmp_path / "screen"
-    for pid, speed in (("bs8-b8-t4-w2048", 100), ("bs8-b4-t2-w2048", 60), ("bs8-b4-t4-w2048", 61),
-                       ("bs8-b8-t2-w2048", 99)):
+    for pid, speed in (("bs8-b8-t4-w2048", 100), ("bs8-b4-t1-w2048", 60), ("bs8-b4-t4-w2048", 61),
+                       ("bs8-b8-t1-w2048", 99)):
         _write_screen(screen, pid, requests(speed, seed=speed))
-    round1 = select_round(config, screen, ["bs8-b8-t4-w2048", "bs8-b4-t2-w2048", "bs8-b4-t4-w2048",
-                                           "bs8-b8-t2-w2048", "ar"], None)
+    round1 = select_round(config, screen, ["bs8-b8-t4-w2048", "bs8-b4-t1-w2048", "bs8-b4-t4-w2048",
+                                           "bs8-b8-t1-w2048", "ar"], None)
     assert round1.failed == ["ar"]
-    assert sorted(round1.refine) == ["bs8-b6-t2-w2048", "bs8-b6-t4-w2048"]
+    assert sorted(round1.refine) == ["bs8-b6-t1-w2048", "bs8-b6-t4-w2048"]
     _write_screen(screen, "bs8-b6-t4-w2048", requests(104, seed=3), minutes=0.5)
-    _write_screen(screen, "bs8-b6-t2-w2048", requests(70, seed=4), minutes=0.5)
+    _write_screen(screen, "bs8-b6-t1-w2048", requests(70, seed=4), minutes=0.5)
     final = select_round(config, screen, [], round1.to_json())
-    assert "bs8-b6-t4-w2048" in final.survivors and "bs8-b6-t2-w2048" in final.dropped
-    assert "bs8-b4-t2-w2048" in final.dropped  # round-1 reasons are kept
+    assert "bs8-b6-t4-w2048" in final.survivors and "bs8-b6-t1-w2048" in final.dropped
+    assert "bs8-b4-t1-w2048" in final.dropped  # round-1 reasons are kept
     confirm = tmp_path / "confirm"
     for pid in final.survivors:
         for k in range(3):
@@ -95,7 +95,7 @@ def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path
     assert doc["stages"]["confirm"]["job_min"] == 6.0 * len(final.survivors)
     assert doc["gpu_hours"]["screen"] == 4.0 * 8 / 60
     text = render_funnel(doc, simulated=True)
-    assert "SIMULATED" in text and "`bs8-b4-t2-w2048`: \u2212" in text
+    assert "SIMULATED" in text and "`bs8-b4-t1-w2048`: \u2212" in text
     assert funnel_markdown(tmp_path) == ""
     (screen / "funnel.json").write_text(json.dumps({**doc, "simulated": True}))
     assert funnel_markdown(tmp_path) == text

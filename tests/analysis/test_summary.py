@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 import sys
 from pathlib import Path
 
 import pytest
 from resultsets import (
+    REPEATS,
     ResultSetSpec,
     broken_set,
     budget_bound_set,
@@ -25,8 +28,8 @@ from ddsweep.analysis.decisions import (
     Decisions,
     Settings,
     analyse,
-    render_markdown,
 )
+from ddsweep.analysis.render import render_decisions, render_markdown
 from ddsweep.analysis.results import load_results
 from ddsweep.analysis.summarize import SummaryResult, summarize
 
@@ -43,7 +46,7 @@ def run(spec: ResultSetSpec, root: Path) -> tuple[SummaryResult, str]:
 def decide(spec: ResultSetSpec, root: Path) -> tuple[Decisions, str]:
     """Write a spec and compute its decisions and summary text only (no plots, for speed)."""
     decisions = analyse(load_results(write_results(spec, root)), Settings.from_config(spec.config))
-    return decisions, render_markdown(decisions)
+    return decisions, render_decisions(decisions)
 
 
 @pytest.fixture(scope="module")
@@ -58,35 +61,39 @@ def best(figures: dict[str, tuple[float, float, float]], lower: bool = False) ->
     return (min if lower else max)(figures, key=lambda pid: figures[pid][0])
 
 
-def test_regime_winners_match_the_true_best(drafter_bound: tuple) -> None:
+def test_regime_leaders_and_named_winners_are_the_true_best(drafter_bound: tuple) -> None:
     spec, result, _ = drafter_bound
+    leaders = {r["name"]: r["leader"] for r in result.document["regimes"]}
     for regime in DEFAULT_REGIMES:
         figures = spec.true_figures(regime.metric, regime.context, regime.concurrency)
-        assert result.regime_winners[regime.name] == best(figures, regime.lower_is_better), regime.name
+        assert leaders[regime.name] == best(figures, regime.lower_is_better), regime.name
+        assert result.regime_winners[regime.name] in (None, leaders[regime.name])
+    assert result.regime_winners["throughput"] == "bs8-b4-t4-w2048", "6% ahead of every other point, no spread"
 
 
-def test_overlapping_confidence_intervals_are_ties(drafter_bound: tuple) -> None:
+def test_points_not_separable_beyond_the_margin_are_tied(drafter_bound: tuple) -> None:
     spec, result, text = drafter_bound
-    for regime in DEFAULT_REGIMES:
-        figures = spec.true_figures(regime.metric, regime.context, regime.concurrency)
-        winner = best(figures, regime.lower_is_better)
-        _, low, high = figures[winner]
-        expected = {pid for pid, (_, lo, hi) in figures.items() if pid != winner and lo <= high and low <= hi}
-        assert set(result.regime_ties[regime.name]) == expected, regime.name
+    figures = spec.true_figures("decode_tok_s", 128, 1)
+    tied = set(result.regime_ties["latency"])
+    assert result.regime_winners["latency"] is None
+    # 160 vs 157 tok/s is 1.9%, inside the 2% margin: tied; the wide-spread point cannot be separated either.
+    assert {"bs8-b12-t4-w2048", spec.expected["wide_spread_point"]} <= tied
+    clearly_worse = {pid for pid, (value, _, _) in figures.items()
+                     if value < 160.0 / 1.05 and spec.point(pid).spread <= 0.02}
+    assert clearly_worse and not tied & clearly_worse
     latency_row = next(line for line in text.splitlines() if line.startswith("| latency |"))
-    assert "bs8-b12-t4-w2048" in latency_row, "the statistical tie must be reported next to the winner"
+    assert "bs8-b12-t4-w2048" in latency_row and "no single winner" in latency_row
+    assert "95% CI" in latency_row
 
 
-def test_priority_picks_follow_weighted_normalised_scores(drafter_bound: tuple) -> None:
+def test_priority_picks_follow_weighted_geometric_scores(drafter_bound: tuple) -> None:
     spec, result, _ = drafter_bound
     regimes = {r.name: r for r in DEFAULT_REGIMES}
     for priority, weights in DEFAULT_PRIORITIES.items():
         tables = {name: spec.true_figures(regimes[name].metric, regimes[name].context, regimes[name].concurrency)
                   for name in weights}
         common = set.intersection(*(set(t) for t in tables.values()))
-        tops = {name: max(v[0] for v in t.values()) for name, t in tables.items()}
-        scores = {pid: sum(w * tables[n][pid][0] / tops[n] for n, w in weights.items()) / sum(weights.values())
-                  for pid in common}
+        scores = {pid: sum(w * math.log(tables[n][pid][0]) for n, w in weights.items()) for pid in common}
         assert result.priority_picks[priority] == max(scores, key=scores.get), priority
 
 
@@ -95,21 +102,31 @@ def test_trade_off_between_picks_is_stated_in_numbers(drafter_bound: tuple) -> N
     lat_pick, thr_pick = result.priority_picks["latency_first"], result.priority_picks["throughput_first"]
     assert lat_pick != thr_pick
     thr = spec.true_figures("output_throughput_tok_s", 128, 32)
-    gain = (thr[thr_pick][0] / thr[lat_pick][0] - 1) * 100
     line = next(line for line in text.splitlines()
                 if line.startswith(f"- `throughput_first` → `{thr_pick}` vs `{lat_pick}`"))
-    assert f"+{gain:.1f}% throughput" in line
-    assert "% latency" in line
+    assert f"{thr[thr_pick][0] / thr[lat_pick][0]:.2f}× (95% CI" in line and "on throughput" in line
+    assert "on latency" in line
 
 
-def test_pareto_set_is_the_non_dominated_points(drafter_bound: tuple) -> None:
+def test_pareto_set_keeps_every_truly_undominated_point(drafter_bound: tuple) -> None:
     spec, result, text = drafter_bound
     lat, thr = spec.true_figures("decode_tok_s", 128, 1), spec.true_figures("output_throughput_tok_s", 128, 32)
-    front = {p for p in lat if not any(lat[q][0] >= lat[p][0] and thr[q][0] >= thr[p][0]
-                                       and (lat[q][0] > lat[p][0] or thr[q][0] > thr[p][0]) for q in lat)}
-    assert set(result.pareto) == front
+
+    def dominates(q: str, p: str) -> bool:
+        return lat[q][0] >= lat[p][0] and thr[q][0] >= thr[p][0] and (lat[q][0] > lat[p][0] or thr[q][0] > thr[p][0])
+
+    def nearly_dominates(q: str, p: str) -> bool:
+        """Not worse than the 2% equivalence margin on either axis and better on one."""
+        return (lat[q][0] * 1.02 >= lat[p][0] and thr[q][0] * 1.02 >= thr[p][0]
+                and (lat[q][0] > lat[p][0] or thr[q][0] > thr[p][0]))
+
+    front = {p for p in lat if not any(nearly_dominates(q, p) for q in lat)}
+    assert front <= set(result.pareto)
+    dominated = result.document["pareto"]["dominated"]
+    assert dominated and all(nearly_dominates(by, pid) for pid, by in dominated.items())
+    assert set(result.pareto) | set(dominated) == set(lat)
     section = text.split("## Latency–throughput Pareto set")[1].split("\n## ")[0]
-    assert all(f"`{p}`" in section for p in front)
+    assert all(f"`{p}`" in section for p in result.pareto)
 
 
 def test_drafter_bound_case_is_diagnosed(drafter_bound: tuple) -> None:
@@ -145,11 +162,11 @@ def test_budget_bound_case_is_not_called_drafter_bound(tmp_path: Path) -> None:
     spec = budget_bound_set()
     result, text = decide(spec, tmp_path)
     assert result.diagnosis.drafter_bound is spec.expected["drafter_bound"] is False
-    assert "Acceptance is not drafter-bound" in text
+    assert "Acceptance is budget-bound" in text
     assert "Acceptance is drafter-bound" not in text
     budgets = [p for p in spec.points if p.kind == "ddtree" and p.block_size == 8]
     growth = max(p.acceptance for p in budgets) / min(p.acceptance for p in budgets) - 1
-    budget_line = next(line for line in text.splitlines() if line.startswith("- **budget**"))
+    budget_line = next(line for line in text.splitlines() if line.startswith("  - budget 4 → 8 → 16"))
     assert f"+{growth * 100:.1f}%" in budget_line
 
 
@@ -162,8 +179,10 @@ def test_block_size_change_that_also_changed_topk_is_flagged(tmp_path: Path) -> 
     assert "No matched block_size pair exists" in caveat
     confounded = spec.point(spec.expected["confounded_point"])
     assert f"block_size {confounded.block_size}, window" in caveat and "topk 4" in caveat
-    assert result.diagnosis.drafter_bound is None
-    assert "cannot be judged" in text
+    # Acceptance still rises 4.2 -> 4.9 along budget, so the verdict rests on the budget series; the block-size
+    # question is stated as unanswerable from this sweep.
+    assert result.diagnosis.verdict == "budget-bound"
+    assert "No matched block-size pair (one knob changed) straddles" in text and "cannot be judged" in text
     trained = spec.expected["trained_block_size"]
     assert f"Drafter trained block size: {trained} (source: block_size in" in text
 
@@ -272,4 +291,39 @@ def test_render_markdown_is_deterministic(tmp_path: Path) -> None:
     spec = budget_bound_set()
     results = load_results(write_results(spec, tmp_path))
     settings = Settings.from_config(spec.config)
-    assert render_markdown(analyse(results, settings)) == render_markdown(analyse(results, settings))
+    assert render_decisions(analyse(results, settings)) == render_decisions(analyse(results, settings))
+
+
+def test_markdown_is_rendered_from_summary_json_alone(drafter_bound: tuple) -> None:
+    _, result, text = drafter_bound
+    document = json.loads(result.summary_json_path.read_text(encoding="utf-8"))
+    assert render_markdown(document) == text
+    latency = next(r for r in document["regimes"] if r["name"] == "latency")
+    assert latency["leader"] == "bs8-b8-t4-w2048" and latency["winner"] is None
+    assert {t["point_id"] for t in latency["tied"]} == set(result.regime_ties["latency"])
+    assert latency["figure"]["level"] == 0.95 and latency["figure"]["ci_low"] < latency["figure"]["value"]
+    assert latency["speedup_vs_ar"]["value"] > 1
+    assert document["diagnosis"]["verdict"] == "drafter-bound"
+    assert {c["kind"] for c in document["caveats"]} >= {"selection", "confounds", "spread", "coding", "lossless",
+                                                        "failed_points"}
+    assert [p["name"] for p in document["priorities"]] == list(DEFAULT_PRIORITIES)
+
+
+def test_a_new_caveat_block_is_rendered_without_renderer_changes(drafter_bound: tuple) -> None:
+    _, result, _ = drafter_bound
+    document = json.loads(result.summary_json_path.read_text(encoding="utf-8"))
+    document["caveats"].append({"kind": "example", "title": "Example caveat", "text": "Intro.",
+                                "items": ["first", "second"], "table": {"columns": ["a", "b"], "rows": [[1, 2]]}})
+    text = render_markdown(document)
+    section = text.split("### Example caveat")[1].split("\n## ")[0]
+    assert "Intro." in section and "- first" in section and "| 1 | 2 |" in section
+
+
+def test_too_few_repeats_say_no_decision_is_possible(tmp_path: Path) -> None:
+    spec = drafter_bound_set()
+    spec.config["analysis"] = {"min_repeats_for_decision": REPEATS + 1}
+    result, text = run(spec, tmp_path)
+    assert all(w is None for w in result.regime_winners.values())
+    assert f"no decision possible: fewer than {REPEATS + 1} repeats (analysis.min_repeats_for_decision)" in text
+    kinds = {c["kind"] for c in result.document["caveats"]}
+    assert "no_decision" in kinds

@@ -247,10 +247,34 @@ def test_simulated_answers_are_realistic_and_deterministic() -> None:
     assert answers == [simulated_answer(build_messages(p), seed=7) for p in problems]
     assert all(a is not None and a.startswith("<think>") and "return None" in a.split("</think>")[0] for a in answers)
     programs = [extract_code(a, p).code for a, p in zip(answers, problems, strict=True)]
-    results = Sandbox().run_many([p.test_program(c) for p, c in zip(problems, programs, strict=True)])
+    results = Sandbox().run_many([p.sandbox_job(c) for p, c in zip(problems, programs, strict=True)])
     wrong = sum(not r.passed for r in results)
     assert 5 <= wrong <= 30
     lengths = sorted(len(a) for a in answers)
     assert lengths[-1] > 10 * lengths[len(lengths) // 2]
     assert simulated_answer([{"role": "user", "content": "Write a haiku."}], seed=7) is None
     assert simulated_answer(build_messages(problems[0]), seed=8) is not None
+
+
+def test_repeat_answers_measure_the_ar_floor(server: FakeServer, tmp_path: Path) -> None:
+    """With repeat_answers every problem is asked twice; the agreement of the two passes is in the summary."""
+    settings = CodingSettings(task_ids=["HumanEval/0", "HumanEval/5"], max_tokens=512, repeat_answers=True)
+    summary = run_coding_eval(server.url, tmp_path, settings, simulated=False)
+    repeat = read_jsonl(tmp_path / "problems_repeat.jsonl")
+    assert [r["task_id"] for r in repeat] == ["HumanEval/0", "HumanEval/5"]
+    assert len(server.requests) == 4
+    assert summary["repeat"] == {"compared": 2, "exact_match": 2, "exact_match_rate": 1.0}
+
+
+def test_eval_refuses_without_isolation(server: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When no namespace mode works, the eval stops before asking anything and says how to allow the weak mode."""
+    import ddsweep.coding.sandbox as sandbox_module
+
+    monkeypatch.setattr(sandbox_module, "probe_isolation", lambda *a, **k: {"bubblewrap": "bwrap not found on PATH",
+                                                                            "unshare": "unshare not found on PATH"})
+    with pytest.raises(CodingEvalError, match="require_isolation: false"):
+        run_coding_eval(server.url, tmp_path, CodingSettings(limit=1), simulated=False)
+    assert server.requests == []
+    summary = run_coding_eval(server.url, tmp_path, CodingSettings(limit=1, require_isolation=False), simulated=False)
+    assert summary["sandbox"]["isolation"] == "rlimits-only"
+    assert summary["sandbox"]["probe"]["bubblewrap"] == "bwrap not found on PATH"

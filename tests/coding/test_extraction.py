@@ -73,7 +73,7 @@ def test_extraction_shapes(name: str, response: str, expected: str | None, sandb
         assert extraction.reason
         return
     assert extraction.code is not None, extraction.reason
-    result = sandbox.run(PROBLEM.test_program(extraction.code))
+    result = sandbox.run_problem(PROBLEM, extraction.code)
     assert result.passed is (expected == "good"), (extraction.code, result.error)
 
 
@@ -81,6 +81,26 @@ def test_thinking_code_is_never_taken_even_if_answer_is_prose() -> None:
     """A correct function inside the thinking section with a prose-only answer is no_code."""
     response = f"<think>\nI will write:\n{GOOD}\n</think>\nThe function takes the fractional part."
     assert extract_code(response, PROBLEM).code is None
+
+
+@pytest.mark.parametrize(
+    ("response", "finish", "separated", "runs"),
+    [
+        (f"I think the answer is\n{fence(GOOD)}\nbut let me check", "length", False, False),
+        (f"<think>draft\n{fence(GOOD)}\nstill thinking", "length", True, False),
+        (f"thought</think>\n{fence(GOOD)}\nAnd more", "length", False, True),
+        (f"{fence(GOOD)}\nprose cut at the limit", "length", True, True),
+        (f"I think the answer is\n{fence(GOOD)}", "stop", False, True),
+    ],
+    ids=["template-opened-think-cut", "unclosed-tag-cut", "closed-then-cut", "separated-reasoning-cut", "stop"],
+)
+def test_length_finish_inside_thinking_is_never_executed(response: str, finish: str, separated: bool,
+                                                         runs: bool) -> None:
+    """A `length` finish without a closed thinking block yields no code, even when a draft there would pass."""
+    extraction = extract_code(response, PROBLEM, finish_reason=finish, reasoning_separated=separated)
+    assert (extraction.code is not None) is runs, extraction
+    if not runs:
+        assert "never closed" in extraction.reason
 
 
 def test_strip_thinking_variants() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddsweep.coding.lossless import compare_outputs, first_difference, simple_tokens
+from ddsweep.coding.lossless import assess_lossless, compare_outputs, first_difference, simple_tokens
 
 
 def record(task_id: str, response: str, reasoning: str | None = None, error_kind: str | None = None) -> dict:
@@ -54,3 +54,32 @@ def test_prefix_difference_and_tokens() -> None:
     assert first_difference("abc", "abcd") == 3
     assert first_difference("abc", "abc") is None
     assert simple_tokens("x=f(a, b)  # ok") == ["x", "=", "f", "(", "a", ",", "b", ")", "#", "ok"]
+
+
+def _run(task_count: int, differ: set[int], tag: str = "x") -> list[dict]:
+    """Records for `task_count` problems whose response differs from the reference at the indices `differ`."""
+    return [record(f"HumanEval/{i}", f"answer {i}" + (f" {tag}" if i in differ else "")) for i in range(task_count)]
+
+
+def test_floor_from_a_repeated_ar_and_only_clear_drops_are_flagged() -> None:
+    """With ar agreeing with itself on 90 of 100, a point at 88 is not flagged and a point at 40 is."""
+    reference = _run(100, set())
+    repeat = _run(100, set(range(10)), "ar-noise")
+    result = assess_lossless(reference, repeat, {
+        "near": _run(100, set(range(12))),
+        "far": _run(100, set(range(60))),
+    })
+    assert result["floor"] == {"compared": 100, "exact_match": 90, "exact_match_rate": 0.9}
+    assert len(result["floor_mismatches"]) == 10
+    near, far = result["points"]["near"], result["points"]["far"]
+    assert near["exact_match_rate"] == 0.88 and near["floor_rate"] == 0.9 and near["below_floor"] is False
+    assert far["exact_match_rate"] == 0.4 and far["below_floor"] is True
+    assert far["ci_low"] < 0.4 < far["ci_high"] < 0.9
+
+
+def test_without_a_repeat_nothing_is_flagged() -> None:
+    """No ar-vs-ar measurement: rates are reported, the floor is unknown and no point is flagged."""
+    result = assess_lossless(_run(20, set()), None, {"p": _run(20, set(range(20)))})
+    assert result["floor"] is None
+    assert result["points"]["p"]["exact_match_rate"] == 0.0
+    assert result["points"]["p"]["below_floor"] is None

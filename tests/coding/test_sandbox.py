@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import secrets
+import shutil
 import socket
 import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from ddsweep.coding.humaneval import load_problems
-from ddsweep.coding.sandbox import Sandbox, SandboxLimits, SandboxResult, detect_isolation, project_root
+from ddsweep.coding.isolation import default_hidden_paths, project_root
+from ddsweep.coding.sandbox import (
+    IsolationError,
+    Sandbox,
+    SandboxLimits,
+    SandboxResult,
+    detect_isolation,
+    probe_isolation,
+)
 
 PROBLEMS = load_problems()
 TIMEOUT_S = 2.0
@@ -24,29 +35,37 @@ SECRET_VAR = "DDSWEEP_TEST_SECRET"
 
 
 def _modes() -> list[str]:
-    """The detected (strongest) mode, plus rlimits-only, which is available everywhere."""
-    detected = Sandbox().isolation
-    return [detected] if detected == "rlimits-only" else [detected, "rlimits-only"]
+    """Every namespace mode that works on this host, plus rlimits-only (explicitly allowed), which always does."""
+    probe = probe_isolation(os.path.realpath(sys.executable), tuple(default_hidden_paths()))
+    working = [m for m in ("bubblewrap", "unshare") if probe.get(m) == "works"]
+    if working == ["bubblewrap"]:
+        with contextlib.suppress(IsolationError):
+            Sandbox(isolation="unshare", workers=1).close()
+            working.append("unshare")
+    return [*working, "rlimits-only"]
 
 
 MODES = _modes()
 
 
 @pytest.fixture(scope="module", params=MODES)
-def sandbox(request: pytest.FixtureRequest) -> Sandbox:
+def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     """A sandbox in each available isolation mode, with a short wall-clock limit."""
-    return Sandbox(timeout_s=TIMEOUT_S, isolation=request.param, limits=SandboxLimits(output_bytes=8192))
+    with Sandbox(timeout_s=TIMEOUT_S, isolation=request.param, require_isolation=False,
+                 limits=SandboxLimits(output_bytes=8192)) as box:
+        yield box
 
 
 @pytest.fixture(scope="module")
-def default_sandbox() -> Sandbox:
+def default_sandbox() -> Iterator[Sandbox]:
     """The sandbox in the strongest mode this host supports, default limits."""
-    return Sandbox(timeout_s=10.0)
+    with Sandbox(timeout_s=10.0) as box:
+        yield box
 
 
 def test_canonical_solutions_all_pass(default_sandbox: Sandbox) -> None:
     """Every canonical HumanEval solution passes its own tests in the sandbox."""
-    results = default_sandbox.run_many([p.test_program(p.canonical_program()) for p in PROBLEMS])
+    results = default_sandbox.run_many([p.sandbox_job(p.canonical_program()) for p in PROBLEMS])
     failed = [(p.task_id, r.status, r.error) for p, r in zip(PROBLEMS, results, strict=True) if not r.passed]
     assert failed == []
     assert len(results) == 164
@@ -55,28 +74,46 @@ def test_canonical_solutions_all_pass(default_sandbox: Sandbox) -> None:
 @pytest.mark.parametrize("body", ["    pass\n", "    return None\n"], ids=["pass", "return-none"])
 def test_empty_and_wrong_bodies_fail_every_problem(default_sandbox: Sandbox, body: str) -> None:
     """An empty body and a wrong body fail the tests of every one of the 164 problems."""
-    results = default_sandbox.run_many([p.test_program(p.prompt + body) for p in PROBLEMS])
+    results = default_sandbox.run_many([p.sandbox_job(p.prompt + body) for p in PROBLEMS])
     passed = [p.task_id for p, r in zip(PROBLEMS, results, strict=True) if r.passed]
     assert passed == []
     assert {r.status for r in results} <= {"assertion", "exception"}
 
 
 def test_isolation_is_reported_with_guarantees(default_sandbox: Sandbox) -> None:
-    """The mode is one of the three documented ones and comes with non-empty guarantee sentences."""
-    assert default_sandbox.isolation in ("bubblewrap", "unshare", "rlimits-only")
+    """The mode is a namespace mode here (the default refuses rlimits-only) with non-empty guarantee sentences."""
+    assert default_sandbox.isolation in ("bubblewrap", "unshare")
     assert detect_isolation(default_sandbox.python) == default_sandbox.isolation
+    assert default_sandbox.probe[default_sandbox.isolation] == "works"
     assert len(default_sandbox.guarantees) >= 3
     assert all(s.endswith(".") for s in default_sandbox.guarantees)
 
 
+ONE = "def check(candidate):\n    assert candidate() == 1, 'not one'\n"
+
+
 def test_classification_of_outcomes(default_sandbox: Sandbox) -> None:
     """Syntax errors, assertion failures, other exceptions and timeouts are told apart."""
-    assert default_sandbox.run("def f(:\n").status == "syntax"
-    assert default_sandbox.run("assert 1 == 2, 'nope'").status == "assertion"
-    assert default_sandbox.run("raise KeyError('k')").error == "KeyError: 'k'"
-    assert default_sandbox.run("import time\ntime.sleep(5)", timeout_s=0.5).status == "timeout"
-    ok = default_sandbox.run("print('hello')")
+    run = default_sandbox.run
+    assert run("def f(:\n", ONE, "f").status == "syntax"
+    assert run("def f():\n    return 2\n", ONE, "f").status == "assertion"
+    raised = run("def f():\n    raise KeyError('k')\n", ONE, "f")
+    assert raised.status == "exception" and raised.error.startswith("KeyError")
+    assert run("raise KeyError('k')", ONE, "f").error == "KeyError: 'k'"
+    assert run("import time\ntime.sleep(5)", ONE, "f", timeout_s=0.5).status == "timeout"
+    ok = run("print('hello')\ndef f():\n    return 1\n", ONE, "f")
     assert ok.passed and "hello" in ok.stdout
+    assert run("def g():\n    return 1\n", ONE, "f").error == "NameError: name 'f' is not defined"
+
+
+def test_values_cross_as_plain_data_only(default_sandbox: Sandbox) -> None:
+    """Builtin values of every kind round-trip; anything else is refused, so no forged object reaches the tests."""
+    value = "[1, 2.5, float('inf'), 'x', b'y', (1,), {2}, frozenset({3}), {'k': [None, True]}, 1 + 2j, 10 ** 40]"
+    test = f"def check(candidate):\n    assert candidate({value}) == {value}\n    assert candidate(()) == ()\n"
+    assert default_sandbox.run("def f(x):\n    return x\n", test, "f").passed
+    forged = "class Yes:\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return Yes()\n"
+    result = default_sandbox.run(forged, test, "f")
+    assert result.status == "exception" and "cannot pass a Yes" in result.error
 
 
 @dataclass
@@ -366,7 +403,104 @@ CASES: list[tuple[str, str, str, Callable[[Sandbox, Context, SandboxResult], Non
         "printing a pass verdict is not a pass",
         status_is("exception"),
     ),
+    (
+        "tests_not_in_memory",
+        "import gc\nfor o in gc.get_objects():\n    if isinstance(o, str) and 'assert candidate(' in o:\n"
+        "        print('FOUND-TESTS')\n        break",
+        "the candidate's process never held the tests (it cannot look up the expected answers)",
+        lambda sandbox, ctx, result: (host_checks(sandbox, ctx, result), assert_absent("FOUND-TESTS", result)),
+    ),
 ]
+
+# Forgery cases: a wrong solution of HumanEval/0 (always False) followed by an attempt to forge "passed".
+# Each must be judged by what the tests saw, with the status given.
+WRONG = "def has_close_elements(numbers, threshold):\n    return False\n"
+FORGERIES: list[tuple[str, str, tuple[str, ...]]] = [
+    ("wrong_answer_alone", "", ("assertion",)),
+    (
+        "call_reporter_via_main",
+        "import __main__, json\nfor name in dir(__main__):\n    f = getattr(__main__, name)\n"
+        "    for args in (('passed',), (3, {'setup': 'ready'}), (3, {'kind': 'passed', 'error': None}),\n"
+        "                 (4, {'kind': 'passed', 'error': None})):\n        try:\n            f(*args)\n"
+        "        except BaseException:\n            pass",
+        ("assertion", "exception", "timeout"),
+    ),
+    (
+        "write_verdict_to_every_fd",
+        "import os\nfor fd in range(64):\n    try:\n"
+        "        os.write(fd, b'{\"kind\": \"passed\", \"error\": null}')\n    except OSError:\n        pass",
+        ("assertion", "exception"),
+    ),
+    ("fake_verdict_line", "print('{\"kind\": \"passed\", \"error\": null}')\nprint('passed')", ("assertion",)),
+    ("os_exit_zero", "import os\nos._exit(0)", ("exception",)),
+    ("sys_exit_zero", "import sys\nsys.exit(0)", ("exception",)),
+    (
+        "exit_zero_when_called",
+        "import os\ndef has_close_elements(numbers, threshold):\n    os._exit(0)",
+        ("exception",),
+    ),
+    (
+        "patch_builtins_and_check",
+        "import builtins\nclass Never(BaseException):\n    pass\nbuiltins.AssertionError = Never\n"
+        "builtins.print = lambda *a, **k: None\ndef check(candidate):\n    return None\n"
+        "builtins.check = check\nglobals()['__builtins__'].__dict__['AssertionError'] = Never",
+        ("assertion",),
+    ),
+    (
+        "atexit_handler",
+        "import atexit, os\natexit.register(lambda: os.write(1, b'{\"kind\": \"passed\", \"error\": null}'))\n"
+        "atexit.register(os._exit, 0)",
+        ("assertion",),
+    ),
+    (
+        "kill_parent_then_answer",
+        "import os, signal\ntry:\n    os.kill(os.getppid(), signal.SIGKILL)\nexcept OSError:\n    pass",
+        ("assertion", "exception"),
+    ),
+    (
+        "kill_every_process_it_can",
+        "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass",
+        ("assertion", "exception"),
+    ),
+    (
+        "close_and_replace_stdout",
+        "import os, sys\nos.close(1)\nos.close(2)\nr, w = os.pipe()\nos.dup2(w, 1)\nsys.stdout = None",
+        ("assertion",),
+    ),
+    (
+        "write_other_processes_fds",
+        "import os\nfor pid in os.listdir('/proc'):\n    if not pid.isdigit() or int(pid) == os.getpid():\n"
+        "        continue\n    try:\n        fds = os.listdir(f'/proc/{pid}/fd')\n    except OSError:\n"
+        "        continue\n    for fd in fds:\n        try:\n"
+        "            with open(f'/proc/{pid}/fd/{fd}', 'wb') as h:\n"
+        "                h.write(b'{\"kind\": \"passed\", \"error\": null}')\n        except OSError:\n"
+        "            pass",
+        ("assertion", "exception"),
+    ),
+    (
+        "always_equal_result",
+        "class Yes(list):\n    def __eq__(self, other):\n        return True\n    __bool__ = lambda self: True\n"
+        "def has_close_elements(numbers, threshold):\n    return Yes()",
+        ("exception",),
+    ),
+]
+
+
+def assert_absent(text: str, result: SandboxResult) -> None:
+    """`text` does not appear in the run's output."""
+    assert text not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("name", "attack", "statuses"), FORGERIES, ids=[f[0] for f in FORGERIES])
+def test_forged_verdicts_are_not_believed(sandbox: Sandbox, name: str, attack: str, statuses: tuple[str, ...]) -> None:
+    """A wrong solution stays wrong whatever it does to its own process, output, exit status or parents."""
+    problem = PROBLEMS[0]
+    started = time.monotonic()
+    result = sandbox.run_problem(problem, problem.signature_prefix + WRONG + attack)
+    print(f"[sandbox-forgery] {sandbox.isolation} | {name} | {result.status} | {time.monotonic() - started:.2f} s")
+    assert result.status in statuses, (name, result.status, result.error)
+    again = sandbox.run_problem(problem, problem.canonical_program())
+    assert again.passed, ("the sandbox still judges correctly after the attack", again.error)
 
 
 @pytest.mark.parametrize(("name", "code", "guarantee", "check"), CASES, ids=[c[0] for c in CASES])
@@ -378,9 +512,8 @@ def test_adversarial_program_is_contained(
         pytest.skip("without namespaces or a separate user id, same-user signals are not prevented (stated)")
     problem = PROBLEMS[0]
     head = f"open('/proc/self/comm', 'w').write('{ctx.marker}')\n"
-    program = problem.test_program(head + ctx.fill(code))
     started = time.monotonic()
-    result = sandbox.run(program)
+    result = sandbox.run_problem(problem, head + ctx.fill(code))
     elapsed = time.monotonic() - started
     print(f"[sandbox-matrix] {sandbox.isolation} | {name} | {result.status} | {elapsed:.2f} s")
     assert not result.passed, (guarantee, result)
@@ -401,8 +534,8 @@ import sys
 from ddsweep.coding.humaneval import load_problems
 from ddsweep.coding.sandbox import Sandbox
 problems = load_problems()[:40]
-programs = [p.prompt + p.canonical_solution + "\\n" + p.test + f"\\ncheck({p.entry_point})\\n" for p in problems]
-results = Sandbox(timeout_s=20, workers=2).run_many(programs)
+jobs = [p.sandbox_job(p.canonical_program()) for p in problems]
+results = Sandbox(timeout_s=20, workers=2).run_many(jobs)
 print(sum(r.status == "passed" for r in results))
 """
 
@@ -414,3 +547,88 @@ def test_two_sandboxes_in_separate_processes_do_not_disturb_each_other() -> None
              for _ in range(2)]
     outputs = [proc.communicate(timeout=300)[0].strip() for proc in procs]
     assert outputs == ["40", "40"]
+
+
+VENV_SCRIPT = """
+import json
+from ddsweep.coding.sandbox import IsolationError, Sandbox
+out = {}
+for require in (True, False):
+    try:
+        with Sandbox(timeout_s=10, workers=1, require_isolation=require) as box:
+            result = box.run("def f():\\n    return 41 + 1\\n", "def check(c):\\n    assert c() == 42\\n", "f")
+            out[str(require)] = [box.isolation, result.status, box.probe]
+    except IsolationError as exc:
+        out[str(require)] = ["refused", str(exc)]
+print(json.dumps(out))
+"""
+TOOLS = ("sh", "mount", "umount", "mkdir", "mktemp", "rmdir", "setpriv")
+
+
+@pytest.fixture(scope="module")
+def clone_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's package and a --copies venv under /tmp, inside a 0700 'home' directory."""
+    home = tmp_path_factory.mktemp("home")
+    clone = home / "ddsweep"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "src" / "ddsweep", clone / "src" / "ddsweep")
+    (clone / "pyproject.toml").write_text("[project]\nname = 'clone'\n")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--copies", str(clone / ".venv")], check=True)
+    home.chmod(0o700)
+    return clone
+
+
+def _run_clone(clone: Path, tmp_path: Path, tools: Sequence[str] | None) -> dict:
+    """Run VENV_SCRIPT with the clone's venv and a PATH holding only `tools` (None: the full PATH)."""
+    path = os.environ["PATH"]
+    if tools is not None:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        for tool in tools:
+            if shutil.which(tool):
+                (bin_dir / tool).symlink_to(shutil.which(tool))
+        path = str(bin_dir)
+    env = {"PATH": path, "PYTHONPATH": str(clone / "src"), "HOME": str(clone.parent)}
+    proc = subprocess.run([str(clone / ".venv" / "bin" / "python"), "-c", VENV_SCRIPT], env=env, cwd=clone,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_default_is_bubblewrap_for_a_clone_and_venv_under_tmp(clone_in_tmp: Path, tmp_path: Path) -> None:
+    """A project and venv under /tmp in a 0700 directory: with bwrap on PATH the default mode is bubblewrap."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed here (CI installs it)")
+    out = _run_clone(clone_in_tmp, tmp_path, None)
+    assert out["True"][:2] == ["bubblewrap", "passed"], out
+
+
+def test_without_bwrap_unshare_is_next(clone_in_tmp: Path, tmp_path: Path) -> None:
+    """Without bwrap on PATH, auto falls to unshare where that works, and otherwise refuses by default."""
+    out = _run_clone(clone_in_tmp, tmp_path, (*TOOLS, "unshare"))
+    probe = out["False"][2]
+    assert "bwrap not found on PATH" in probe["bubblewrap"]
+    if os.geteuid() == 0 or probe.get("unshare") == "works":
+        assert out["True"][:2] == ["unshare", "passed"], out
+    else:
+        assert out["True"][0] == "refused", out
+
+
+def test_without_namespace_tools_the_eval_refuses_unless_weak_mode_allowed(clone_in_tmp: Path,
+                                                                             tmp_path: Path) -> None:
+    """Neither bwrap nor unshare: the default refuses with what is missing and how to allow the weak mode;
+    with require_isolation=False the weak mode runs and still judges correctly."""
+    out = _run_clone(clone_in_tmp, tmp_path, TOOLS)
+    refused, message = out["True"]
+    assert refused == "refused"
+    assert "bwrap not found" in message and "unshare not found" in message
+    assert "coding_eval.require_isolation: false" in message
+    assert out["False"][:2] == ["rlimits-only", "passed"], out
+
+
+def test_a_worker_that_cannot_start_stops_the_run_with_the_reason() -> None:
+    """If the mode breaks after the probe (here: the interpreter vanished), run() raises IsolationError naming
+    the mode and the launcher's message instead of counting problems as failed."""
+    with Sandbox(timeout_s=5, workers=1) as box:
+        box.python = "/nonexistent/python3"
+        with pytest.raises(IsolationError, match=f"{box.isolation} mode stopped working: .*did not start"):
+            box.run("def f():\n    return 1\n", ONE, "f")

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ddsweep.config.plan import format_plan
 from ddsweep.config.study import (
     ConfigError,
     Point,
     expand_points,
     find_point,
-    format_plan,
     load_config,
     merge_config,
     point_record,
@@ -52,8 +52,8 @@ def test_demo_config_is_valid_and_simulated(demo):
     config = validate_config(demo)
     assert config["simulated"] is True
     ids = [p.point_id for p in expand_points(config)]
-    assert ids == ["ar", "dflash-bs8-w2048", "bs8-b4-t2-w2048", "bs8-b4-t4-w2048", "bs8-b8-t2-w2048",
-                   "bs8-b8-t4-w2048", "bs16-b8-t4-w2048", "bs8-b8-t4-woff"]
+    assert ids == ["ar", "dflash-bs8-w2048", "bs8-b4-t1-w2048", "bs8-b4-t4-w2048", "bs8-b8-t1-w2048",
+                   "bs8-b8-t4-w2048", "bs16-b8-t4-w2048", "bs8-b8-t4-woff", "bs8-b8-t8-w2048"]
 
 
 def test_defaults_are_filled_in(study):

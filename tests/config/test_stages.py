@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import demo_config
 
+from ddsweep.config.plan import format_plan
 from ddsweep.config.stages import (
     confirm_record,
     refine_candidates,
@@ -12,7 +13,7 @@ from ddsweep.config.stages import (
     screen_record,
     stage_estimates,
 )
-from ddsweep.config.study import ConfigError, find_point, format_plan
+from ddsweep.config.study import ConfigError, find_point
 
 
 def test_screen_record_runs_only_regime_cells_briefly_without_coding():
@@ -35,17 +36,19 @@ def test_confirm_records_are_one_repeat_per_launch_and_coding_only_in_the_first(
 
 def test_refinement_adds_in_between_values_the_config_allows():
     config = demo_config(sweep={"strategy": "adaptive", "grid": {"budget": [4, 8, 16]}, "refine": {"budget": 2}})
-    added = [p.point_id for p in refine_candidates(config, ["bs8-b8-t4-w2048", "bs8-b4-t2-w2048", "ar"])]
+    added = [p.point_id for p in refine_candidates(config, ["bs8-b8-t4-w2048", "bs8-b4-t1-w2048", "ar"])]
     # 8 -> 6 and 10; 4 -> 6 only (2 is outside the grid's range); 4 +- 2 with topk 2 -> 6
-    assert sorted(added) == ["bs8-b10-t4-w2048", "bs8-b6-t2-w2048", "bs8-b6-t4-w2048"]
+    assert sorted(added) == ["bs8-b10-t4-w2048", "bs8-b6-t1-w2048", "bs8-b6-t4-w2048"]
     assert resolve_point(config, "bs8-b10-t4-w2048").budget == 10
 
 
-def test_refinement_respects_constraints_and_is_off_by_default():
-    config = demo_config(sweep={"strategy": "adaptive", "grid": {"topk": [2, 4, 8]}, "refine": {"topk": 2},
-                                "constraints": ["topk <= budget"]})
-    added = [p.point_id for p in refine_candidates(config, ["bs8-b4-t4-w2048"])]
-    assert added == []  # topk 6 > budget 4 breaks the constraint; topk 2 is already in the grid
+def test_refinement_respects_constraints_skips_aliases_and_is_off_by_default():
+    config = demo_config(sweep={"strategy": "adaptive", "grid": {"budget": [4, 16], "topk": [1, 4, 8]},
+                                "refine": {"topk": 2}, "constraints": ["topk <= budget"]})
+    added = [p.point_id for p in refine_candidates(config, ["bs8-b4-t4-w2048", "bs8-b16-t4-w2048"])]
+    # b4: topk 6 > budget 4 breaks the constraint; topk 2 builds the same width-2 tree as topk 4 (an alias).
+    # b16: the rule caps the width at 3 = 16 // 7 + 1, so topk 6 is an alias of topk 4; topk 2 (width 2) is new.
+    assert added == ["bs8-b16-t2-w2048"]
     assert refine_candidates(demo_config(sweep={"strategy": "adaptive"}), ["bs8-b8-t4-w2048"]) == []
 
 

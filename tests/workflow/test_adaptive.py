@@ -38,7 +38,7 @@ def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by
     selection = json.loads((adaptive_run / "results" / "screen" / "selection.json").read_text())
     assert selection["simulated"] is True
     assert {"ar", "dflash-bs8-w2048"} <= set(selection["survivors"])
-    assert set(selection["refine"]) == {"bs8-b6-t2-w2048", "bs8-b6-t4-w2048"}
+    assert set(selection["refine"]) == {"bs8-b6-t1-w2048", "bs8-b6-t4-w2048"}
     for pid in [*selection["screened"]]:
         assert (adaptive_run / "results" / "screen" / pid / "status.json").exists(), pid
     for pid in selection["survivors"]:

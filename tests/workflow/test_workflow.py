@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import shutil
@@ -60,7 +61,11 @@ def test_demo_produces_a_simulated_summary_tables_plots_and_a_bundle(demo_run):
     assert "## Best point per regime" in summary
     points = list(csv.DictReader((demo_run / "results" / "tables" / "points.csv").open()))
     assert {p["point_id"] for p in points} >= {"ar", "dflash-bs8-w2048", "bs8-b8-t4-w2048", "bs16-b8-t4-w2048"}
-    assert all(p["status"] == "ok" and p["simulated"] == "True" for p in points)
+    ran = [p for p in points if p["status"] != "alias"]
+    assert len(ran) == 8 and all(p["status"] == "ok" and p["simulated"] == "True" for p in ran)
+    alias = next(p for p in points if p["point_id"] == "bs8-b8-t8-w2048")
+    assert alias["status"] == "alias" and alias["alias_of"] == "bs8-b8-t4-w2048" and alias["tree_width"] == "2"
+    assert not (demo_run / "results" / "points" / "bs8-b8-t8-w2048").exists()
     for plot in ("throughput_vs_concurrency", "pareto", "heatmap_latency"):
         assert (demo_run / "reports" / "plots" / f"{plot}.png").stat().st_size > 10_000
     bundle = yaml.safe_load((demo_run / "reports" / "bundle.json").read_text())["bundle"]
@@ -97,8 +102,31 @@ def test_changing_one_points_topk_reruns_only_that_point_and_the_aggregates(demo
     result = snakemake(demo_run, "-n", "--cores", "2", "--configfile", "changed.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = scheduled_jobs(result.stdout + result.stderr)
-    assert jobs == {"run_point": 1, "study_config": 1, "summarize": 1, "bundle": 1, "all": 1}
+    assert jobs == {"run_point": 1, "study_config": 1, "plan": 1, "summarize": 1, "bundle": 1, "all": 1}
     assert "results/points/bs16-b8-t2-w2048/status.json" in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_changing_only_analysis_settings_reruns_no_point_job(demo_run, tmp_path):
+    demo_run = Path(shutil.copytree(demo_run, tmp_path / "copy", symlinks=True))  # the real run changes files
+    config = yaml.safe_load((demo_run / ".test" / "config.yaml").read_text())
+    config["analysis"].update(confidence=0.9, equivalence_margin=0.05, min_repeats_for_decision=2)
+    config["analysis"]["priorities"]["interactive"] = {"throughput": 1.0, "slo": {"ttft_p99_s": 2.0}}
+    (demo_run / "analysis.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(demo_run, "-n", "--cores", "2", "--configfile", "analysis.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = scheduled_jobs(result.stdout + result.stderr)
+    assert jobs == {"study_config": 1, "summarize": 1, "bundle": 1, "all": 1}
+    # Run it: the summary is recomputed from the stored request records at the new level.
+    result = snakemake(demo_run, "--cores", "2", "--configfile", "analysis.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    document = json.loads((demo_run / "reports" / "summary.json").read_text())
+    assert document["statistics"]["confidence"] == 0.9
+    assert document["statistics"]["data_source"] == ["requests.jsonl"]
+    assert "90% CI" in (demo_run / "reports" / "optimization_summary.md").read_text()
+    interactive = next(p for p in document["priorities"] if p["name"] == "interactive")
+    assert interactive["slo"]["limits"] == {"ttft_p99_s": 2.0}
+    assert set(interactive["slo"]["points"]) >= {"ar", "bs8-b8-t4-w2048"}
 
 
 @pytest.mark.slow
@@ -117,7 +145,8 @@ def test_bad_config_stops_before_any_job_with_the_key_named(tmp_path):
     (workdir / "bad.yaml").write_text(yaml.safe_dump(config))
     result = snakemake(workdir, "--cores", "1", "--configfile", "bad.yaml")
     assert result.returncode != 0
-    assert "sweep.points[2].window: window 8 is smaller than block_size 16" in result.stdout + result.stderr
+    index = len(config["sweep"]["points"]) - 1
+    assert f"sweep.points[{index}].window: window 8 is smaller than block_size 16" in result.stdout + result.stderr
     assert not (workdir / "results").exists()
 
 

@@ -1,5 +1,6 @@
 localrules:
     study_config,
+    plan,
     summarize,
     bundle,
 
@@ -17,16 +18,32 @@ rule study_config:
         "ddsweep validate --config-json {params.config:q} --write {output} > {log} 2>&1"
 
 
+# Every configured point with its effective tree and alias group (aliases do not run; analysis reads this).
+rule plan:
+    output:
+        "results/plan.json",
+    log:
+        "results/logs/plan.log",
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        config=lambda wildcards: json.dumps(STUDY, sort_keys=True),
+    shell:
+        "ddsweep plan --config-json {params.config:q} --write {output} > {log} 2>&1"
+
+
 rule summarize:
     input:
         points=point_status_files(),
         config="results/study_config.yaml",
+        plan="results/plan.json",
     output:
         summary=report(
             "reports/optimization_summary.md",
             caption="../report/summary.rst",
             category="Summary",
         ),
+        document="reports/summary.json",
         tables=expand("results/tables/{table}.csv", table=TABLES),
         plots=report(
             expand("reports/plots/{plot}.png", plot=PLOTS),
@@ -44,6 +61,7 @@ rule summarize:
 rule bundle:
     input:
         summary="reports/optimization_summary.md",
+        document="reports/summary.json",
         config="results/study_config.yaml",
     output:
         "reports/bundle.json",

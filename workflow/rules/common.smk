@@ -2,8 +2,9 @@ import json
 
 from snakemake.utils import validate
 
+from ddsweep.config.plan import running_points
 from ddsweep.config.stages import is_adaptive
-from ddsweep.config.study import ConfigError, expand_points, point_record, validate_config
+from ddsweep.config.study import ConfigError, point_record, validate_config
 
 
 # ddsweep's own check first: its messages name the key and the rule broken; the catalog-style schema
@@ -14,8 +15,10 @@ except ConfigError as error:
     raise WorkflowError(f"bad configuration: {error}") from None
 validate(config, schema="../schemas/config.schema.yaml")
 
-POINTS = {point.point_id: point for point in expand_points(STUDY)}
-RESOURCES = STUDY.get("resources", {})
+# Only the points that run: of points with the same server configuration, the representative (aliases are
+# recorded in results/plan.json), unless sweep.run_aliases is true.
+POINTS = {point.point_id: point for point in running_points(STUDY)}
+RESOURCES = STUDY["resources"]
 ADAPTIVE = is_adaptive(STUDY)
 
 PLOTS = [
@@ -54,7 +57,7 @@ def knob(name):
 
 def slurm_gpu_request():
     """The generic-resource GPU request for one point job."""
-    gpus = RESOURCES.get("gpus", 8)
+    gpus = RESOURCES["gpus"]
     return f"gpu:{gpus}" if gpus else ""
 
 
@@ -62,6 +65,7 @@ def final_outputs():
     """What `snakemake` builds by default: the summary, tables, plots and a bundle."""
     return [
         "reports/optimization_summary.md",
+        "reports/summary.json",
         "reports/bundle.json",
         *expand("results/tables/{table}.csv", table=TABLES),
         *expand("reports/plots/{plot}.png", plot=PLOTS),

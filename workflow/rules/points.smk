@@ -16,13 +16,13 @@ rule run_point:
         record=point_record_json,
         outdir=lambda wildcards: f"results/points/{wildcards.point}",
     # A real point job owns the machine's GPUs: locally, one point at a time. Stand-in points use no GPU.
-    threads: 1 if STUDY.get("simulated") else workflow.cores
+    threads: 1 if STUDY["simulated"] else workflow.cores
     resources:
         gres=slurm_gpu_request(),
         slurm_partition=RESOURCES.get("partition") or "",
-        runtime=RESOURCES.get("runtime_min", 240),
-        cpus_per_task=RESOURCES.get("cpus_per_task", 8),
-        mem_mb=RESOURCES.get("mem_mb", 64000),
+        runtime=RESOURCES["runtime_min"],
+        cpus_per_task=RESOURCES["cpus_per_task"],
+        mem_mb=RESOURCES["mem_mb"],
         slurm_extra=RESOURCES.get("slurm_extra") or "",
     shell:
         "ddsweep run-point --record {params.record:q} --out {params.outdir} > {log} 2>&1 "

@@ -3,16 +3,27 @@
 # preset: its params are exactly what all points of that preset share (engine, preset, target, drafter), so a
 # change that reruns it reruns those points anyway, while adding or changing a point reruns neither the
 # preflight nor the other points. Every run_point job needs the preflight result of its preset.
+import os
+
+from ddsweep.config.knobs import server_preset
+
+
 localrules:
     preflight,
 
 
+# The whole study reaches the command through the environment, not params: as a param, adding or changing one
+# point would rerun the preflight of its preset and, through it, every point of that preset. Nor as a file
+# input: results/study_config.yaml changes with every point, and as an ancient() input its rerun makes
+# Snakemake 9 skip the params check of every job downstream of the preflight (a changed point would not rerun).
+os.environ["DDSWEEP_PREFLIGHT_STUDY"] = json.dumps(STUDY, sort_keys=True)
+
+
+envvars:
+    "DDSWEEP_PREFLIGHT_STUDY",
+
+
 rule preflight:
-    input:
-        # ancient(): the study file is rewritten whenever any point changes; only its existence matters here,
-        # so adding or changing one point reruns neither the preflight of its preset nor, through it, the
-        # other points of that preset. What the preset's points share is in params (a change reruns them).
-        study=ancient("results/study_config.yaml"),
     output:
         "results/preflight/{preset}.json",
     log:
@@ -23,13 +34,13 @@ rule preflight:
         definition=lambda wildcards: json.dumps(
             {
                 "engine": {k: v for k, v in STUDY["engine"].items() if k != "presets"},
-                "preset": STUDY["engine"]["presets"][wildcards.preset],
+                "preset": server_preset(STUDY["engine"]["presets"][wildcards.preset]),
                 "target": STUDY["target"],
                 "drafter": STUDY["drafter"],
-                "simulated": STUDY.get("simulated", False),
+                "simulated": STUDY["simulated"],
             },
             sort_keys=True,
         ),
     shell:
-        "ddsweep preflight --config {input.study} --preset {wildcards.preset} "
+        'ddsweep preflight --config-json "$DDSWEEP_PREFLIGHT_STUDY" --preset {wildcards.preset} '
         "--write {output} > {log} 2>&1 || (cat {log} >&2; exit 1)"

@@ -57,18 +57,20 @@ def _sha256(path: Path) -> str:
 
 
 def collect_files(results_dir: Path, reports_dir: Path, config: Path) -> dict[str, Path]:
-    """Map archive paths to files: summary, plots, tables, config, job logs, and every point's logs and JSON
-    (only the points of the study when the config is a full study configuration)."""
+    """Map archive paths to files: summary (Markdown and JSON), plots, tables, config, plan, job logs, and every
+    point's logs and JSON (only the points of the study when the config is a full study configuration)."""
     files: dict[str, Path] = {}
-    summary = reports_dir / "optimization_summary.md"
-    if summary.is_file():
-        files["reports/optimization_summary.md"] = summary
+    for name in ("optimization_summary.md", "summary.json"):
+        if (reports_dir / name).is_file():
+            files[f"reports/{name}"] = reports_dir / name
     for pattern in ("*.png", "*.svg"):
         for plot in sorted((reports_dir / "plots").glob(pattern)):
             files[f"reports/plots/{plot.name}"] = plot
     for table in sorted((results_dir / "tables").glob("*.csv")):
         files[f"results/tables/{table.name}"] = table
     files[f"config/{config.name}"] = config
+    if (results_dir / "plan.json").is_file():
+        files["results/plan.json"] = results_dir / "plan.json"
     for log in sorted((results_dir / "logs").rglob("*.log")):
         files[f"results/logs/{log.relative_to(results_dir / 'logs').as_posix()}"] = log
     try:

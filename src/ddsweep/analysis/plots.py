@@ -21,13 +21,12 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from ddsweep.analysis.results import (  # noqa: E402
     METRIC_LABELS,
-    LosslessResult,
     ResolvedRegime,
     ResultSet,
     ar_point_id,
-    coding_stats,
     window_label,
 )
+from ddsweep.analysis.tables import LosslessResult, coding_stats  # noqa: E402
 
 SIMULATED_LABEL = "SIMULATED RESULTS (stand-in server, not real hardware)"
 BASELINE_KINDS = ("ar", "dflash")
@@ -87,8 +86,8 @@ def _kind_of(data: PlotData, point_id: str) -> str | None:
 
 def _yerr(frame: pd.DataFrame) -> np.ndarray:
     """Asymmetric error bars from CI columns."""
-    return np.vstack([(frame["median"] - frame["ci_low"]).clip(lower=0),
-                      (frame["ci_high"] - frame["median"]).clip(lower=0)])
+    return np.vstack([(frame["mean"] - frame["ci_low"]).clip(lower=0),
+                      (frame["ci_high"] - frame["mean"]).clip(lower=0)])
 
 
 def throughput_vs_concurrency(data: PlotData) -> Figure:
@@ -105,7 +104,7 @@ def throughput_vs_concurrency(data: PlotData) -> Figure:
         for index, (point_id, rows) in enumerate(at.groupby("point_id", sort=True)):
             rows = rows.sort_values("concurrency")
             dashed = _kind_of(data, point_id) in BASELINE_KINDS
-            ax.errorbar(rows["concurrency"], rows["median"], yerr=_yerr(rows), marker="o", capsize=3,
+            ax.errorbar(rows["concurrency"], rows["mean"], yerr=_yerr(rows), marker="o", capsize=3,
                         linestyle="--" if dashed else "-", linewidth=2 if dashed else 1.2, label=point_id,
                         color=colors(index % 20))
         ax.set_xscale("log", base=2)
@@ -113,7 +112,7 @@ def throughput_vs_concurrency(data: PlotData) -> Figure:
         ax.set_xticks(concurrencies, [str(c) for c in concurrencies])
         ax.set_xlabel("concurrent requests (C)")
         ax.set_ylabel("aggregate output throughput (tok/s)")
-        ax.set_title(f"context {context} tokens (median, 95% CI; baselines dashed)")
+        ax.set_title(f"context {context} tokens (mean of repeats, 95% CI; baselines dashed)")
         ax.grid(True, alpha=0.3)
     axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), title="point")
     fig.tight_layout(rect=(0, 0.03, 1, 0.95))
@@ -131,13 +130,13 @@ def decode_speed_by_point(data: PlotData) -> Figure:
     for ax, context in zip(axes, contexts, strict=True):
         at = g[g["context"] == context]
         lowest = at["concurrency"].min()
-        at = at[at["concurrency"] == lowest].sort_values("median", ascending=False)
+        at = at[at["concurrency"] == lowest].sort_values("mean", ascending=False)
         colors = ["tab:gray" if _kind_of(data, pid) in BASELINE_KINDS else "tab:blue" for pid in at["point_id"]]
-        ax.bar(range(len(at)), at["median"], yerr=_yerr(at), capsize=3, color=colors)
+        ax.bar(range(len(at)), at["mean"], yerr=_yerr(at), capsize=3, color=colors)
         ax.set_xticks(range(len(at)), at["point_id"], rotation=60, ha="right", fontsize=8)
         ax.set_ylabel("decode speed per request (tok/s)")
         ax.set_xlabel("sweep point (grey: baselines)")
-        ax.set_title(f"context {context} tokens, C={lowest} (median across repeats, bars = 95% CI)")
+        ax.set_title(f"context {context} tokens, C={lowest} (mean of repeats, bars = 95% CI)")
         ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout(rect=(0, 0.03, 1, 0.95))
     return fig
@@ -173,7 +172,7 @@ def acceptance_vs_budget(data: PlotData) -> Figure:
             line = sorted((p for p in members if p.topk == topk), key=lambda p: p.budget)
             figs = [resolved.figure(p.point_id) for p in line]
             frame = pd.DataFrame(figs)
-            ax.errorbar([p.budget for p in line], frame["median"], yerr=_yerr(frame), marker="o", capsize=3,
+            ax.errorbar([p.budget for p in line], frame["mean"], yerr=_yerr(frame), marker="o", capsize=3,
                         label=f"topk {topk}")
         ax.set_xlabel("tree budget (draft tokens verified per step)")
         ax.set_ylabel("acceptance length (tokens/verify step)")
@@ -199,7 +198,7 @@ def _heatmap(data: PlotData, regime_name: str, title: str) -> Figure:
     panels = _panels(points)
     fig, axes = _figure(data, f"{title}: {metric} at {resolved.cell()}", len(panels), ncols=2,
                         panel_size=(6.0, 4.8))
-    values = [resolved.figure(p.point_id)["median"] for p in points]
+    values = [resolved.figure(p.point_id)["mean"] for p in points]
     vmin, vmax = min(values), max(values)
     image = None
     for ax, (block_size, window) in zip(axes, panels, strict=True):
@@ -208,7 +207,7 @@ def _heatmap(data: PlotData, regime_name: str, title: str) -> Figure:
         topks = sorted({p.topk for p in members})
         grid = np.full((len(budgets), len(topks)), np.nan)
         for p in members:
-            grid[budgets.index(p.budget), topks.index(p.topk)] = resolved.figure(p.point_id)["median"]
+            grid[budgets.index(p.budget), topks.index(p.topk)] = resolved.figure(p.point_id)["mean"]
         cmap = "viridis_r" if resolved.regime.lower_is_better else "viridis"
         image = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", origin="lower")
         for i in range(len(budgets)):
@@ -246,7 +245,7 @@ def pareto(data: PlotData) -> Figure:
     if lat is None or thr is None:
         return _no_data(data, title, "the latency and throughput regimes")
     pts = [(p.point_id, lat.figure(p.point_id), thr.figure(p.point_id)) for p in data.results.ok_points()]
-    pts = [(pid, a["median"], b["median"]) for pid, a, b in pts if a and b]
+    pts = [(pid, a["mean"], b["mean"]) for pid, a, b in pts if a and b]
     if not pts:
         return _no_data(data, title, "points with both latency and throughput figures")
     fig, (ax,) = _figure(data, title, panel_size=(9.0, 6.0))

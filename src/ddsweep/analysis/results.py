@@ -15,38 +15,57 @@ from typing import Any
 
 import pandas as pd
 
-KNOBS: tuple[str, ...] = ("budget", "topk", "block_size", "window")
+from ddsweep.analysis.raw import figures_from_cells_document, figures_from_requests
+from ddsweep.analysis.statistics import Estimate, LogDifference, log_difference, mean_interval
+from ddsweep.config.knobs import KNOBS
+
 GROUP_METRICS: tuple[str, ...] = (
     "output_throughput_tok_s",
     "decode_tok_s",
     "acceptance_length",
     "ttft_p50_s",
+    "ttft_p99_s",
     "tpot_p50_s",
+    "tpot_p99_s",
+    "requests_per_s",
 )
-LOWER_IS_BETTER: frozenset[str] = frozenset({"ttft_p50_s", "tpot_p50_s"})
+# The per-repeat cell column of each metric (the decode figure of a repeat is its median request).
+METRIC_COLUMNS: dict[str, str] = {m: ("decode_tok_s_median" if m == "decode_tok_s" else m) for m in GROUP_METRICS}
+LOWER_IS_BETTER: frozenset[str] = frozenset({"ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s"})
 METRIC_LABELS: dict[str, str] = {
     "decode_tok_s": "single-request decode speed (tok/s)",
     "output_throughput_tok_s": "aggregate output throughput (tok/s)",
     "acceptance_length": "mean acceptance length (tokens/verify step)",
     "ttft_p50_s": "median time to first token (s)",
+    "ttft_p99_s": "99th-percentile time to first token (s)",
     "tpot_p50_s": "median time per output token (s)",
+    "tpot_p99_s": "99th-percentile time per output token (s)",
+    "requests_per_s": "completed requests per second",
 }
+# The effective draft tree (from results/plan.json) beside the requested knobs, and the alias group.
+TREE_COLUMNS: tuple[str, ...] = ("tree_shape", "tree_width", "tree_depth_limit", "tree_nodes", "alias_group",
+                                 "alias_of")
 POINT_COLUMNS: tuple[str, ...] = (
-    "point_id", "kind", "preset", *KNOBS, "status", "error_kind", "simulated", "gpu_name", "gpu_count",
+    "point_id", "kind", "preset", *KNOBS, *TREE_COLUMNS, "status", "error_kind", "simulated", "gpu_name", "gpu_count",
     "interconnect", "engine_version", "git_commit", "hostname",
 )
 CELL_COLUMNS: tuple[str, ...] = (
-    "point_id", "kind", *KNOBS, "context", "concurrency", "repeat", "completed", "failed",
-    "output_throughput_tok_s", "decode_tok_s_median", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s",
-    "itl_p50_s", "e2e_p50_s", "acceptance_length", "simulated",
+    "point_id", "kind", *KNOBS, "context", "concurrency", "repeat", "completed", "failed", "wall_s",
+    "output_throughput_tok_s", "requests_per_s", "decode_tok_s_median", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
+    "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "e2e_p50_s", "e2e_p99_s", "acceptance_length", "source",
+    "simulated",
 )
 GROUP_COLUMNS: tuple[str, ...] = (
-    "point_id", "kind", *KNOBS, "context", "concurrency", "metric", "median", "ci_low", "ci_high", "repeats",
-    "simulated",
+    "point_id", "kind", *KNOBS, "context", "concurrency", "metric", "mean", "ci_low", "ci_high", "repeats",
+    "confidence", "simulated",
+)
+REQUEST_COLUMNS: tuple[str, ...] = (
+    "point_id", "context", "concurrency", "repeat", "ok", "completion_tokens", "start_ts", "end_ts", "ttft_s",
+    "tpot_s", "e2e_s",
 )
 CODING_COLUMNS: tuple[str, ...] = (
     "point_id", "task_id", "passed", "error_kind", "finish_reason", "truncated", "completion_tokens",
-    "simulated",
+    "isolation", "simulated",
 )
 
 
@@ -96,6 +115,13 @@ class ResultSet:
     coding: pd.DataFrame
     coding_records: dict[str, list[dict[str, Any]]]
     coding_summaries: dict[str, dict[str, Any]]
+    plan: dict[str, dict[str, Any]] = field(default_factory=dict)  # point id -> its entry in plan.json
+    requests: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(REQUEST_COLUMNS)))
+    confidence: float = 0.95
+
+    def aliases(self) -> list[dict[str, Any]]:
+        """Plan entries of points that did not run because another point is the same server configuration."""
+        return [entry for entry in self.plan.values() if entry.get("alias_of") and not entry.get("runs")]
 
     @property
     def simulated(self) -> bool:
@@ -117,7 +143,8 @@ class ResultSet:
             gpus = p.environment.get("gpus") if isinstance(p.environment.get("gpus"), list) else []
             engine = p.environment.get("engine") if isinstance(p.environment.get("engine"), dict) else {}
             rows.append({
-                "point_id": p.point_id, "kind": p.kind, "preset": p.preset, **p.knobs(), "status": p.status,
+                "point_id": p.point_id, "kind": p.kind, "preset": p.preset, **p.knobs(),
+                **_tree_columns(self.plan.get(p.point_id)), "status": p.status,
                 "error_kind": p.error_kind, "simulated": p.simulated,
                 "gpu_name": gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None,
                 "gpu_count": p.environment.get("gpu_count"),
@@ -126,7 +153,20 @@ class ResultSet:
                 "git_commit": p.environment.get("git_commit"),
                 "hostname": p.environment.get("hostname"),
             })
+        for entry in self.aliases():
+            rows.append({"point_id": entry["point_id"], "kind": entry.get("kind"), "preset": entry.get("preset"),
+                         **{k: (entry.get("knobs") or {}).get(k) for k in KNOBS}, **_tree_columns(entry),
+                         "status": "alias", "simulated": self.simulated})
         return _frame(rows, POINT_COLUMNS)
+
+
+def _tree_columns(entry: dict[str, Any] | None) -> dict[str, Any]:
+    """The effective-tree and alias-group columns of a plan.json entry (empty without a plan)."""
+    tree = entry.get("tree") if entry and isinstance(entry.get("tree"), dict) else {}
+    return {"tree_shape": tree.get("shape"), "tree_width": tree.get("width"),
+            "tree_depth_limit": tree.get("depth_limit"), "tree_nodes": tree.get("nodes"),
+            "alias_group": entry.get("alias_group") if entry else None,
+            "alias_of": entry.get("alias_of") if entry else None}
 
 
 def window_label(window: int | float | None) -> str:
@@ -156,7 +196,7 @@ def same_knob(a: Any, b: Any) -> bool:
 def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
     """Build a DataFrame with exactly `columns`, knob columns as nullable integers."""
     frame = pd.DataFrame(rows, columns=list(columns))
-    for knob in KNOBS:
+    for knob in (*KNOBS, "tree_width", "tree_depth_limit", "tree_nodes"):
         if knob in frame.columns:
             frame[knob] = pd.array(frame[knob].tolist(), dtype="Int64") if len(frame) else frame[knob]
     if "simulated" in frame.columns:
@@ -225,14 +265,9 @@ def _num(value: Any) -> float:
         return math.nan
 
 
-def _sub(record: dict[str, Any], key: str, sub: str) -> float:
-    """Return record[key][sub] as float, NaN when any level is missing."""
-    inner = record.get(key)
-    return _num(inner.get(sub)) if isinstance(inner, dict) else math.nan
-
-
-def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, list[dict], dict | None]:
-    """Read one point directory into its record, cells document, coding problems and coding summary."""
+def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, list[dict], list[dict], dict | None]:
+    """Read one point directory into its record, cells document, request records, coding problems and coding
+    summary."""
     record = PointRecord(point_id=directory.name)
     issues = record.issues
     simulated_flags: list[bool] = []
@@ -276,13 +311,18 @@ def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, li
     if isinstance(verification, dict) and "ok" in verification:
         record.verification_ok = bool(verification["ok"])
 
-    cells = _read_json(directory / "bench" / "cells.json", issues, required=record.status == "ok")
+    cells = _read_json(directory / "bench" / "cells.json", issues, required=False)
     if cells is not None and not isinstance(cells, dict):
         issues.append("bench/cells.json is not a JSON object")
         cells = None
     if isinstance(cells, dict):
         simulated_flags.append(bool(cells.get("simulated")))
 
+    requests = _read_jsonl(directory / "bench" / "requests.jsonl", issues)
+    measured = any(not r.get("warmup") for r in requests)
+    if record.status == "ok" and cells is None and not measured:
+        issues.append("bench/cells.json missing" if not (directory / "bench" / "cells.json").exists()
+                      else "bench/cells.json unusable and bench/requests.jsonl has no measured request")
     problems = _read_jsonl(directory / "coding" / "problems.jsonl", issues)
     coding_summary = _read_json(directory / "coding" / "summary.json", issues, required=False)
     if not isinstance(coding_summary, dict):
@@ -294,58 +334,56 @@ def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, li
     if not point_ok and record.status != "failed":
         record.status = "malformed"
         record.error = "; ".join(i for i in issues if i.startswith("point")) or "point.json unreadable"
-    elif record.status == "ok" and cells is None:
+    elif record.status == "ok" and cells is None and not measured:
         record.status = "malformed"
         record.error = "completed, but " + "; ".join(i for i in issues if "cells.json" in i)
     record.simulated = any(simulated_flags)
-    return record, cells, problems, coding_summary
+    return record, cells, requests, problems, coding_summary
 
 
-def _cell_rows(record: PointRecord, cells: dict[str, Any]) -> tuple[list[dict], list[dict]]:
-    """Turn a cells.json document into tidy cell rows and group rows."""
+def _cell_rows(record: PointRecord, cells: dict[str, Any] | None, requests: list[dict[str, Any]]
+               ) -> tuple[list[dict], list[dict]]:
+    """Per-repeat cell rows from the raw request records, else from cells.json's per-repeat cells; and the
+    measured request rows (for goodput)."""
     base = {"point_id": record.point_id, "kind": record.kind, **record.knobs(), "simulated": record.simulated}
-    cell_rows, group_rows = [], []
-    for cell in cells.get("cells") or []:
-        if not isinstance(cell, dict) or _int_or_none(cell.get("context")) is None:
+    cell_rows, request_rows = figures_from_requests(requests)
+    if not cell_rows and cells is not None:
+        cell_rows = figures_from_cells_document(cells)
+        if len(cell_rows) < len(cells.get("cells") or []):
             record.issues.append("bench/cells.json: a cell without a context was skipped")
-            continue
-        cell_rows.append({
-            **base, "context": _int_or_none(cell.get("context")),
-            "concurrency": _int_or_none(cell.get("concurrency")), "repeat": _int_or_none(cell.get("repeat")),
-            "completed": _int_or_none(cell.get("completed")), "failed": _int_or_none(cell.get("failed")),
-            "output_throughput_tok_s": _num(cell.get("output_throughput_tok_s")),
-            "decode_tok_s_median": _sub(cell, "decode_tok_s", "median"),
-            "ttft_p50_s": _sub(cell, "ttft_s", "p50"), "ttft_p90_s": _sub(cell, "ttft_s", "p90"),
-            "ttft_p99_s": _sub(cell, "ttft_s", "p99"), "tpot_p50_s": _sub(cell, "tpot_s", "p50"),
-            "itl_p50_s": _sub(cell, "itl_s", "p50"), "e2e_p50_s": _sub(cell, "e2e_s", "p50"),
-            "acceptance_length": _num(cell.get("acceptance_length")),
-        })
-    for group in cells.get("groups") or []:
-        if not isinstance(group, dict) or _int_or_none(group.get("context")) is None:
-            record.issues.append("bench/cells.json: a group without a context was skipped")
-            continue
-        for metric in GROUP_METRICS:
-            figure = group.get(metric)
-            if not isinstance(figure, dict) or math.isnan(_num(figure.get("median"))):
+    return ([{**base, **row} for row in cell_rows],
+            [{"point_id": record.point_id, **row} for row in request_rows])
+
+
+def group_table(cells: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Per point, cell and metric: the mean of the per-repeat figures with its Student-t interval."""
+    rows = []
+    if cells.empty:
+        return _frame(rows, GROUP_COLUMNS)
+    keys = ["point_id", "context", "concurrency"]
+    for (point_id, context, concurrency), members in cells.groupby(keys, sort=True, dropna=True):
+        first = members.iloc[0]
+        base = {"point_id": point_id, "kind": first["kind"], **{k: first[k] for k in KNOBS},
+                "context": int(context), "concurrency": int(concurrency), "simulated": bool(first["simulated"])}
+        for metric, column in METRIC_COLUMNS.items():
+            values = [float(v) for v in members[column] if not is_missing(v) and not math.isnan(float(v))]
+            if not values:
                 continue
-            median = _num(figure.get("median"))
-            low, high = _num(figure.get("ci_low")), _num(figure.get("ci_high"))
-            group_rows.append({
-                **base, "context": _int_or_none(group.get("context")),
-                "concurrency": _int_or_none(group.get("concurrency")), "metric": metric, "median": median,
-                "ci_low": median if math.isnan(low) else low, "ci_high": median if math.isnan(high) else high,
-                "repeats": _int_or_none(group.get("repeats")),
-            })
-    return cell_rows, group_rows
+            estimate = mean_interval(values, confidence)
+            rows.append({**base, "metric": metric, "mean": estimate.value, "ci_low": estimate.low,
+                         "ci_high": estimate.high, "repeats": estimate.n, "confidence": confidence})
+    return _frame(rows, GROUP_COLUMNS)
 
 
-def _coding_rows(record: PointRecord, problems: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Turn coding problem records into tidy rows."""
+def _coding_rows(record: PointRecord, problems: list[dict[str, Any]], summary: dict | None) -> list[dict[str, Any]]:
+    """Turn coding problem records into tidy rows, with the sandbox isolation mode from the point's summary."""
+    sandbox = (summary or {}).get("sandbox")
+    isolation = sandbox.get("isolation") if isinstance(sandbox, dict) else None
     return [{
         "point_id": record.point_id, "task_id": p.get("task_id"), "passed": bool(p.get("passed")),
         "error_kind": p.get("error_kind"), "finish_reason": p.get("finish_reason"),
         "truncated": is_truncated(p), "completion_tokens": _int_or_none(p.get("completion_tokens")),
-        "simulated": record.simulated,
+        "isolation": isolation, "simulated": record.simulated,
     } for p in problems]
 
 
@@ -355,13 +393,15 @@ def is_truncated(problem: dict[str, Any]) -> bool:
         problem.get("finish_reason") == "length")
 
 
-def load_results(results_dir: str | Path, point_ids: list[str] | None = None) -> ResultSet:
+def load_results(results_dir: str | Path, point_ids: list[str] | None = None,
+                 confidence: float = 0.95) -> ResultSet:
     """Read the points under RESULTS_DIR/points (all, or only `point_ids`) into a ResultSet; never raises on a
-    bad point. Directories of points no longer in the study are left out, so an old run cannot leak in."""
+    bad point. Directories of points no longer in the study are left out, so an old run cannot leak in.
+    Intervals of the groups table are at `confidence`."""
     results_dir = Path(results_dir)
     points: list[PointRecord] = []
     cell_rows: list[dict] = []
-    group_rows: list[dict] = []
+    request_rows: list[dict] = []
     coding_rows: list[dict] = []
     coding_records: dict[str, list[dict]] = {}
     coding_summaries: dict[str, dict] = {}
@@ -370,21 +410,26 @@ def load_results(results_dir: str | Path, point_ids: list[str] | None = None) ->
     if point_ids is not None:
         directories = [d for d in directories if d.name in set(point_ids)]
     for directory in directories:
-        record, cells, problems, coding_summary = _load_point(directory)
+        record, cells, requests, problems, coding_summary = _load_point(directory)
         points.append(record)
-        if cells is not None:
-            cells_part, groups_part = _cell_rows(record, cells)
-            cell_rows.extend(cells_part)
-            group_rows.extend(groups_part)
+        cells_part, requests_part = _cell_rows(record, cells, requests)
+        cell_rows.extend(cells_part)
+        request_rows.extend(requests_part)
         if problems:
             coding_records[record.point_id] = problems
-            coding_rows.extend(_coding_rows(record, problems))
+            coding_rows.extend(_coding_rows(record, problems, coding_summary))
         if coding_summary is not None:
             coding_summaries[record.point_id] = coding_summary
+    plan_issues: list[str] = []
+    plan = _read_json(results_dir / "plan.json", plan_issues, required=False)
+    plan_points = plan.get("points") if isinstance(plan, dict) and isinstance(plan.get("points"), list) else []
+    cells_frame = _frame(cell_rows, CELL_COLUMNS)
     return ResultSet(
-        results_dir=results_dir, points=points, cells=_frame(cell_rows, CELL_COLUMNS),
-        groups=_frame(group_rows, GROUP_COLUMNS), coding=_frame(coding_rows, CODING_COLUMNS),
-        coding_records=coding_records, coding_summaries=coding_summaries,
+        results_dir=results_dir, points=points, cells=cells_frame, groups=group_table(cells_frame, confidence),
+        coding=_frame(coding_rows, CODING_COLUMNS), coding_records=coding_records,
+        coding_summaries=coding_summaries, requests=pd.DataFrame(request_rows, columns=list(REQUEST_COLUMNS)),
+        plan={e["point_id"]: e for e in plan_points if isinstance(e, dict) and isinstance(e.get("point_id"), str)},
+        confidence=confidence,
     )
 
 
@@ -416,6 +461,8 @@ class ResolvedRegime:
     concurrency: int | None
     note: str | None
     table: pd.DataFrame
+    repeats: dict[str, dict[int, float]] = field(default_factory=dict)
+    _figures: dict[str, dict[str, float]] | None = field(default=None, repr=False, compare=False)
 
     def cell(self) -> str:
         """The cell used, e.g. 'context 128, C=1'."""
@@ -424,16 +471,46 @@ class ResolvedRegime:
         return f"context {self.context}, C={self.concurrency}"
 
     def figure(self, point_id: str) -> dict[str, float] | None:
-        """Return {median, ci_low, ci_high} of `point_id` in this regime, or None."""
-        rows = self.table[self.table["point_id"] == point_id]
-        if rows.empty:
+        """Return {mean, ci_low, ci_high, repeats} of `point_id` in this regime, or None."""
+        if self._figures is None:
+            self._figures = {
+                str(pid): {"mean": float(m), "ci_low": float(lo), "ci_high": float(hi), "repeats": int(n)}
+                for pid, m, lo, hi, n in zip(self.table["point_id"], self.table["mean"], self.table["ci_low"],
+                                             self.table["ci_high"], self.table["repeats"], strict=True)}
+        figure = self._figures.get(point_id)
+        return dict(figure) if figure else None
+
+    def difference(self, point_id: str, other_id: str) -> LogDifference | None:
+        """Log ratio of `point_id` over `other_id` in the better direction (> 0: `point_id` is better)."""
+        a, b = self.repeats.get(point_id), self.repeats.get(other_id)
+        if not a or not b:
             return None
-        row = rows.iloc[0]
-        return {"median": float(row["median"]), "ci_low": float(row["ci_low"]), "ci_high": float(row["ci_high"])}
+        diff = log_difference(b, a) if self.regime.lower_is_better else log_difference(a, b)
+        return diff
+
+    def speedup(self, point_id: str, other_id: str | None, level: float) -> Estimate | None:
+        """How many times better `point_id` is than `other_id` (> 1: better), with its interval."""
+        diff = self.difference(point_id, other_id) if other_id else None
+        return diff.ratio(level) if diff else None
 
 
-def resolve_regime(groups: pd.DataFrame, regime: Regime, point_ids: list[str] | None = None) -> ResolvedRegime:
+def repeat_values(cells: pd.DataFrame, metric: str, context: int, concurrency: int,
+                  point_ids: list[str] | None = None) -> dict[str, dict[int, float]]:
+    """Per point: repeat index -> the per-repeat figure of `metric` at one cell (missing values left out)."""
+    column = METRIC_COLUMNS[metric]
+    at = cells[(cells["context"] == context) & (cells["concurrency"] == concurrency)]
+    if point_ids is not None:
+        at = at[at["point_id"].isin(point_ids)]
+    out: dict[str, dict[int, float]] = {}
+    for pid, rep, value in zip(at["point_id"], at["repeat"], at[column], strict=True):
+        if not is_missing(value) and not math.isnan(float(value)):
+            out.setdefault(str(pid), {})[int(rep) if not is_missing(rep) else 0] = float(value)
+    return out
+
+
+def resolve_regime(results: ResultSet, regime: Regime, point_ids: list[str] | None = None) -> ResolvedRegime:
     """Select the regime's metric at its cell (or the nearest cell present) for each point in `point_ids`."""
+    groups = results.groups
     data = groups[groups["metric"] == regime.metric]
     if point_ids is not None:
         data = data[data["point_id"].isin(point_ids)]
@@ -452,15 +529,9 @@ def resolve_regime(groups: pd.DataFrame, regime: Regime, point_ids: list[str] | 
         note = (f"configured cell context {regime.context}, C={regime.concurrency} is not in the data; "
                 f"used the nearest available, context {context}, C={concurrency}")
     table = data[(data["context"] == context) & (data["concurrency"] == concurrency)]
-    table = table.sort_values("median", ascending=regime.lower_is_better).reset_index(drop=True)
-    return ResolvedRegime(regime, context, concurrency, note, table)
-
-
-def ratio_vs(value: float, reference: float, lower_is_better: bool) -> float | None:
-    """Speed-up of `value` over `reference` (> 1 means better), or None when undefined."""
-    if reference is None or value is None or reference <= 0 or value <= 0:
-        return None
-    return reference / value if lower_is_better else value / reference
+    table = table.sort_values(["mean", "point_id"], ascending=[regime.lower_is_better, True]).reset_index(drop=True)
+    repeats = repeat_values(results.cells, regime.metric, context, concurrency, list(table["point_id"]))
+    return ResolvedRegime(regime, context, concurrency, note, table, repeats)
 
 
 def ar_point_id(results: ResultSet) -> str | None:
@@ -469,109 +540,3 @@ def ar_point_id(results: ResultSet) -> str | None:
     preferred = [p for p in candidates if p.point_id == "ar"]
     chosen = preferred or candidates
     return chosen[0].point_id if chosen else None
-
-
-@dataclass
-class LosslessResult:
-    """Exact-match comparison of every point's coding outputs against the `ar` baseline's."""
-
-    available: bool
-    reason: str | None
-    by_point: dict[str, dict[str, Any]]
-
-
-def lossless_vs_ar(results: ResultSet) -> LosslessResult:
-    """Compare each point's coding outputs with the ar baseline via ddsweep.coding.lossless.compare_outputs."""
-    try:
-        from ddsweep.coding.lossless import compare_outputs
-    except ImportError as exc:
-        return LosslessResult(False, f"ddsweep.coding.lossless is not importable ({exc})", {})
-    ar_id = ar_point_id(results)
-    if ar_id is None or ar_id not in results.coding_records:
-        return LosslessResult(False, "no completed `ar` point with coding outputs to compare against", {})
-    def usable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [r for r in records if isinstance(r.get("task_id"), str)]
-
-    reference = usable(results.coding_records[ar_id])
-    by_point = {pid: compare_outputs(reference, usable(records))
-                for pid, records in results.coding_records.items() if pid != ar_id}
-    return LosslessResult(True, None, by_point)
-
-
-def coding_stats(results: ResultSet) -> pd.DataFrame:
-    """Per point: problems, passed, pass rate, truncation failures and real failures, counted separately.
-
-    Problems whose request failed are left out: they say nothing about the model's answers."""
-    rows = []
-    for point_id, all_records in results.coding_records.items():
-        records = [r for r in all_records if r.get("error_kind") != "request"]
-        failed = [r for r in records if not r.get("passed")]
-        truncated = [r for r in failed if is_truncated(r)]
-        retried_pass = sum(1 for r in truncated if isinstance(r.get("retry"), dict) and r["retry"].get("passed"))
-        kinds: dict[str, int] = {}
-        for r in failed:
-            if not is_truncated(r):
-                kind = str(r.get("error_kind") or "unknown")
-                kinds[kind] = kinds.get(kind, 0) + 1
-        rows.append({
-            "point_id": point_id, "problems": len(records), "passed": len(records) - len(failed),
-            "pass_rate": (len(records) - len(failed)) / len(records) if records else math.nan,
-            "truncated_failures": len(truncated), "real_failures": len(failed) - len(truncated),
-            "passed_after_retry": retried_pass,
-            "real_failure_kinds": ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())),
-        })
-    columns = ["point_id", "problems", "passed", "pass_rate", "truncated_failures", "real_failures",
-               "passed_after_retry", "real_failure_kinds"]
-    return pd.DataFrame(rows, columns=columns)
-
-
-def overview_table(results: ResultSet, regimes: list[ResolvedRegime], lossless: LosslessResult) -> pd.DataFrame:
-    """One row per point: regime figures with CIs, speed-up over `ar` at the same cell, coding figures."""
-    ar_id = ar_point_id(results)
-    coding = coding_stats(results).set_index("point_id")
-    rows = []
-    for p in results.points:
-        row: dict[str, Any] = {"point_id": p.point_id, "kind": p.kind, **p.knobs(), "status": p.status}
-        for resolved in regimes:
-            name = resolved.regime.name
-            fig = resolved.figure(p.point_id)
-            ref = resolved.figure(ar_id) if ar_id else None
-            row[f"{name}_{resolved.regime.metric}"] = fig["median"] if fig else math.nan
-            row[f"{name}_ci_low"] = fig["ci_low"] if fig else math.nan
-            row[f"{name}_ci_high"] = fig["ci_high"] if fig else math.nan
-            speedup = ratio_vs(fig["median"], ref["median"], resolved.regime.lower_is_better) if (
-                fig and ref) else None
-            row[f"{name}_speedup_vs_ar"] = math.nan if speedup is None else speedup
-        has_coding = p.point_id in coding.index
-        row["pass_rate"] = coding.at[p.point_id, "pass_rate"] if has_coding else math.nan
-        row["truncated_failures"] = coding.at[p.point_id, "truncated_failures"] if has_coding else math.nan
-        match = lossless.by_point.get(p.point_id)
-        row["exact_match_rate_vs_ar"] = match.get("exact_match_rate") if match else (
-            1.0 if p.point_id == ar_id and has_coding and lossless.available else math.nan)
-        row["simulated"] = p.simulated
-        rows.append(row)
-    frame = pd.DataFrame(rows)
-    if frame.empty:
-        return frame
-    for knob in KNOBS:
-        frame[knob] = pd.array(frame[knob].tolist(), dtype="Int64")
-    return frame
-
-
-def write_tables(results: ResultSet, tables_dir: str | Path, overview: pd.DataFrame) -> dict[str, Path]:
-    """Write points, bench_cells, bench_groups, coding and overview CSVs atomically; return their paths."""
-    from ddsweep.storage import write_text_atomic
-
-    tables_dir = Path(tables_dir)
-    frames = {
-        "points": results.points_frame(), "bench_cells": results.cells, "bench_groups": results.groups,
-        "coding": results.coding, "overview": overview,
-    }
-    paths = {}
-    for name, frame in frames.items():
-        if frame.empty and not len(frame.columns):
-            frame = pd.DataFrame(columns=["point_id", "simulated"])
-        if "simulated" not in frame.columns:
-            frame = frame.assign(simulated=results.simulated)
-        paths[name] = write_text_atomic(tables_dir / f"{name}.csv", frame.to_csv(index=False))
-    return paths

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from ddsweep.config.stages import baseline_ids, refine_candidates, screen_settings
+from ddsweep.config.stages import baseline_ids, refine_candidates, screen_ids, screen_settings
 from ddsweep.storage import write_json_atomic, write_text_atomic
 
 LOWER_IS_BETTER = frozenset({"ttft_p50_s", "tpot_p50_s"})
@@ -146,7 +146,8 @@ def _z(confidence: float) -> float:
 def _compare(scores: dict[str, Estimate], where: str, confidence: float, dropped: dict[str, Verdict]) -> str | None:
     """Drop from `scores` every point whose two-sided `confidence` interval of the relative difference to the
     screening's best lies below zero; returns the best point. (Bonferroni-adjusted intervals gave no more correct
-    recommendations in benchmarks/bench_adaptive.py, 27 vs 28 of 30, and confirmed about 1.7 times as many.)"""
+    recommendations in benchmarks/bench_adaptive.py on the 62-job grid, 27 vs 28 of 30, and confirmed about 1.7
+    times as many.)"""
     if not scores:
         return None
     z = _z(confidence)
@@ -303,15 +304,13 @@ def _read_config(path: str) -> dict:
 
 def _run_select(args: argparse.Namespace) -> int:
     """`ddsweep select`: one selection round over the screening results."""
-    from ddsweep.config.study import expand_points
-
     try:
         config = _read_config(args.config)
         previous = json.loads(Path(args.previous).read_text(encoding="utf-8")) if args.previous else None
     except (OSError, ValueError, yaml.YAMLError) as exc:
         print(f"ddsweep select: cannot read {args.previous or args.config}: {exc}", file=sys.stderr)
         return 2
-    ids = [p.point_id for p in expand_points(config)]
+    ids = screen_ids(config)
     selection = select_round(config, Path(args.screen), ids, previous)
     write_json_atomic(args.out, {"simulated": bool(config.get("simulated")), **selection.to_json()})
     print(f"{len(selection.survivors)} of {len(selection.screened)} screened point(s) survive; "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,9 +11,12 @@ from typing import Any
 
 import yaml
 
-from ddsweep.analysis.decisions import Settings, analyse, render_markdown
+from ddsweep.analysis.decisions import Settings, analyse
+from ddsweep.analysis.document import build_summary, jsonable
 from ddsweep.analysis.plots import PlotData, write_plots
-from ddsweep.analysis.results import load_results, overview_table, write_tables
+from ddsweep.analysis.render import render_markdown
+from ddsweep.analysis.results import load_results
+from ddsweep.analysis.tables import overview_table, write_tables
 from ddsweep.config.study import configured_point_ids
 from ddsweep.storage import write_text_atomic
 
@@ -24,6 +28,8 @@ class SummaryResult:
     tables: dict[str, Path]
     plots: dict[str, Path]
     summary_path: Path
+    summary_json_path: Path
+    document: dict[str, Any]
     regime_winners: dict[str, str | None]
     regime_ties: dict[str, list[str]]
     priority_picks: dict[str, str | None]
@@ -34,20 +40,23 @@ class SummaryResult:
 
 def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | None,
               config_path: Path | None = None) -> SummaryResult:
-    """Write RESULTS_DIR/tables/*.csv, REPORTS_DIR/plots/*.png and REPORTS_DIR/optimization_summary.md."""
+    """Write RESULTS_DIR/tables/*.csv, REPORTS_DIR/plots/*.png, REPORTS_DIR/summary.json and the Markdown
+    rendered from it, REPORTS_DIR/optimization_summary.md."""
     results_dir, reports_dir = Path(results_dir), Path(reports_dir)
-    results = load_results(results_dir, configured_point_ids(config))
     settings = Settings.from_config(config, config_path)
+    results = load_results(results_dir, configured_point_ids(config), settings.confidence)
     decisions = analyse(results, settings)
     resolved = [o.resolved for o in decisions.regimes]
     tables = write_tables(results, results_dir / "tables", overview_table(results, resolved, decisions.lossless))
     plot_data = PlotData(results, {r.regime.name: r for r in resolved}, decisions.pareto, decisions.lossless)
     plots = write_plots(plot_data, reports_dir / "plots")
-    summary_path = write_text_atomic(reports_dir / "optimization_summary.md", render_markdown(decisions))
+    document = jsonable(build_summary(decisions))
+    json_path = write_text_atomic(reports_dir / "summary.json", json.dumps(document, indent=1) + "\n")
+    summary_path = write_text_atomic(reports_dir / "optimization_summary.md", render_markdown(document))
     return SummaryResult(
-        tables=tables, plots=plots, summary_path=summary_path,
+        tables=tables, plots=plots, summary_path=summary_path, summary_json_path=json_path, document=document,
         regime_winners={o.resolved.regime.name: o.winner for o in decisions.regimes},
-        regime_ties={o.resolved.regime.name: o.ties for o in decisions.regimes},
+        regime_ties={o.resolved.regime.name: o.tied for o in decisions.regimes},
         priority_picks={p.name: p.point_id for p in decisions.priorities},
         pareto=decisions.pareto, drafter_bound=decisions.diagnosis.drafter_bound, simulated=results.simulated,
     )
@@ -76,7 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "summarize", help="aggregate sweep results into tables, plots and the optimization summary",
         description="Aggregate RESULTS_DIR/points/* into RESULTS_DIR/tables/*.csv, REPORTS_DIR/plots/*.png "
-                    "and REPORTS_DIR/optimization_summary.md.")
+                    "REPORTS_DIR/summary.json and REPORTS_DIR/optimization_summary.md (rendered from summary.json).")
     parser.add_argument("results_dir", metavar="RESULTS_DIR", help="the results directory (contains points/)")
     parser.add_argument("--out", required=True, metavar="REPORTS_DIR", help="where plots and the summary go")
     parser.add_argument("--config", metavar="CONFIG_YAML", help="the study config (regimes, priorities, …)")

@@ -27,6 +27,7 @@ import httpx
 
 from ddsweep import storage
 from ddsweep.bench import metrics, prompts
+from ddsweep.config.defaults import schema_default
 
 HTTP_CLIENTS = ("asyncio", "aiohttp", "httpx")
 PROGRESS_INTERVAL_S = 2.0
@@ -38,14 +39,14 @@ class BenchSettings:
 
     contexts: list[int]
     concurrency: list[int]
-    max_new_tokens: int = 512
-    requests_per_cell: int = 32
-    repeats: int = 3
-    warmup_requests: int = 2
-    max_failure_fraction: float = 0.1
-    request_timeout_s: float = 600.0
-    seed: int = 0
-    request_rate: float | None = None
+    max_new_tokens: int = schema_default("benchmark.max_new_tokens")
+    requests_per_cell: int = schema_default("benchmark.requests_per_cell")
+    repeats: int = schema_default("benchmark.repeats")
+    warmup_requests: int = schema_default("benchmark.warmup_requests")
+    max_failure_fraction: float = schema_default("benchmark.max_failure_fraction")
+    request_timeout_s: float = schema_default("benchmark.request_timeout_s")
+    seed: int = schema_default("benchmark.seed")
+    request_rate: float | None = schema_default("benchmark.request_rate")
     http_client: str = "asyncio"
 
 
@@ -864,14 +865,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", required=True, type=Path, help="cells JSON file to write")
     parser.add_argument("--contexts", type=_ints, default=[128, 4096], help="prompt lengths in tokens")
     parser.add_argument("--concurrency", type=_ints, default=[1, 4, 16, 32], help="closed-loop concurrency levels")
-    parser.add_argument("--max-tokens", type=int, default=512)
-    parser.add_argument("--requests", type=int, default=32, help="measured requests per cell")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=2, help="warmup requests per (context, concurrency)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--request-rate", type=float, default=None, help="Poisson arrivals (requests/s)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds")
-    parser.add_argument("--max-failure-fraction", type=float, default=0.1)
+    parser.add_argument("--max-tokens", type=int, default=BenchSettings.max_new_tokens)
+    parser.add_argument("--requests", type=int, default=BenchSettings.requests_per_cell,
+                        help="measured requests per cell")
+    parser.add_argument("--repeats", type=int, default=BenchSettings.repeats)
+    parser.add_argument("--warmup", type=int, default=BenchSettings.warmup_requests,
+                        help="warmup requests per (context, concurrency)")
+    parser.add_argument("--seed", type=int, default=BenchSettings.seed)
+    parser.add_argument("--request-rate", type=float, default=BenchSettings.request_rate,
+                        help="Poisson arrivals (requests/s)")
+    parser.add_argument("--timeout", type=float, default=BenchSettings.request_timeout_s,
+                        help="per-request timeout in seconds")
+    parser.add_argument("--max-failure-fraction", type=float, default=BenchSettings.max_failure_fraction)
     parser.add_argument("--http-client", choices=HTTP_CLIENTS, default=BenchSettings.http_client)
     parser.set_defaults(func=main)
 

@@ -15,7 +15,9 @@ import httpx
 
 from ddsweep.coding.extraction import extract_code
 from ddsweep.coding.humaneval import Problem, select_problems
-from ddsweep.coding.sandbox import Sandbox
+from ddsweep.coding.lossless import compare_outputs
+from ddsweep.coding.sandbox import ISOLATION_CHOICES, IsolationError, Sandbox
+from ddsweep.config.defaults import schema_default
 from ddsweep.storage import write_json_atomic, write_jsonl_atomic
 
 INSTRUCTION = (
@@ -28,15 +30,18 @@ INSTRUCTION = (
 class CodingSettings:
     """What to evaluate and how: problem subset, token limits, concurrency and time limits."""
 
-    limit: int | None = None
-    task_ids: list[str] | None = None
-    max_tokens: int = 4096
-    retry_truncated_max_tokens: int | None = None
-    concurrency: int = 8
-    request_timeout_s: float = 1800.0
-    exec_timeout_s: float = 10.0
+    limit: int | None = schema_default("coding_eval.limit")
+    task_ids: list[str] | None = schema_default("coding_eval.task_ids")
+    max_tokens: int = schema_default("coding_eval.max_tokens")
+    retry_truncated_max_tokens: int | None = schema_default("coding_eval.retry_truncated_max_tokens")
+    concurrency: int = schema_default("coding_eval.concurrency")
+    request_timeout_s: float = schema_default("coding_eval.request_timeout_s")
+    exec_timeout_s: float = schema_default("coding_eval.exec_timeout_s")
     model: str | None = None
-    max_request_failure_fraction: float = 0.05
+    max_request_failure_fraction: float = schema_default("coding_eval.max_request_failure_fraction")
+    isolation: str = schema_default("coding_eval.isolation")
+    require_isolation: bool = schema_default("coding_eval.require_isolation")
+    repeat_answers: bool = False  # set by the point runner for `ar`: ask everything twice (the ar-vs-ar floor)
 
 
 class CodingEvalError(RuntimeError):
@@ -136,11 +141,11 @@ def attempt(
         message = f"{type(exc).__name__}: {exc}".strip()
         return Attempt(False, "request", message[:500], None, False, None, max_tokens, "", None, None)
     truncated = completion.finish_reason == "length"
-    extraction = extract_code(completion.content, problem)
+    extraction = extract_code(completion.content, problem, completion.finish_reason, completion.reasoning is not None)
     if extraction.code is None:
         passed, kind, error = False, "no_code", extraction.reason
     else:
-        result = sandbox.run(problem.test_program(extraction.code), timeout_s=settings.exec_timeout_s)
+        result = sandbox.run_problem(problem, extraction.code, timeout_s=settings.exec_timeout_s)
         passed = result.passed
         kind, error = (None, None) if passed else (result.status, result.error)
     if truncated and not passed:
@@ -187,7 +192,13 @@ def summarize(records: list[dict], settings: CodingSettings, simulated: bool, sa
         "max_tokens": settings.max_tokens,
         "retry_max_tokens": settings.retry_truncated_max_tokens,
         "pass_at_1_after_retry": after_retry,
-        "sandbox": {"isolation": sandbox.isolation, "guarantees": sandbox.guarantees},
+        "sandbox": {
+            "isolation": sandbox.isolation,
+            "requested": sandbox.requested,
+            "require_isolation": sandbox.require_isolation,
+            "probe": sandbox.probe,
+            "guarantees": sandbox.guarantees,
+        },
     }
 
 
@@ -201,7 +212,11 @@ def run_coding_eval(
     """Run the eval, write out_dir/problems.jsonl and out_dir/summary.json, and return the summary."""
     url = url.rstrip("/")
     problems = select_problems(settings.limit, settings.task_ids)
-    sandbox = Sandbox(timeout_s=settings.exec_timeout_s)
+    try:
+        sandbox = Sandbox(timeout_s=settings.exec_timeout_s, isolation=settings.isolation,
+                          require_isolation=settings.require_isolation)
+    except IsolationError as exc:
+        raise CodingEvalError(f"coding sandbox: {exc}") from exc
     lock = threading.Lock()
     done = [0]
 
@@ -220,12 +235,25 @@ def run_coding_eval(
         return record
 
     limits = httpx.Limits(max_connections=max(1, settings.concurrency))
-    with httpx.Client(timeout=settings.request_timeout_s, limits=limits) as client:
-        model = resolve_model(client, url, settings.model)
-        with ThreadPoolExecutor(max_workers=max(1, settings.concurrency)) as pool:
-            records = list(pool.map(evaluate, problems))
+    try:
+        with sandbox, httpx.Client(timeout=settings.request_timeout_s, limits=limits) as client:
+            model = resolve_model(client, url, settings.model)
+            with ThreadPoolExecutor(max_workers=max(1, settings.concurrency)) as pool:
+                records = list(pool.map(evaluate, problems))
+                repeat = None
+                if settings.repeat_answers:
+                    answers = pool.map(
+                        lambda p: attempt(client, url, model, p, settings.max_tokens, settings, sandbox), problems)
+                    repeat = [{"task_id": p.task_id, **asdict(a), "retry": None, "simulated": simulated}
+                              for p, a in zip(problems, answers, strict=True)]
+    except IsolationError as exc:
+        raise CodingEvalError(f"coding sandbox: {exc}") from exc
     out_dir = Path(out_dir)
     summary = summarize(records, settings, simulated, sandbox)
+    if repeat is not None:
+        agreement = compare_outputs(records, repeat)
+        summary["repeat"] = {k: agreement[k] for k in ("compared", "exact_match", "exact_match_rate")}
+        write_jsonl_atomic(out_dir / "problems_repeat.jsonl", repeat)
     write_jsonl_atomic(out_dir / "problems.jsonl", records)
     write_json_atomic(out_dir / "summary.json", summary)
     failed = [r for r in records if r["error_kind"] == "request"]
@@ -251,6 +279,8 @@ def main(args: argparse.Namespace) -> int:
         request_timeout_s=args.timeout_s,
         exec_timeout_s=args.exec_timeout_s,
         model=args.model,
+        isolation=args.isolation,
+        require_isolation=not args.allow_weak_isolation,
     )
     try:
         summary = run_coding_eval(
@@ -280,15 +310,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
     parser.add_argument("--out", required=True, help="directory for problems.jsonl and summary.json")
-    parser.add_argument("--limit", type=int, default=None, help="first N problems (default: all 164)")
+    parser.add_argument("--limit", type=int, default=CodingSettings.limit, help="first N problems (default: all 164)")
     parser.add_argument(
-        "--task-ids", type=_task_ids, default=None, help="comma-separated, e.g. HumanEval/0,HumanEval/5"
+        "--task-ids", type=_task_ids, default=CodingSettings.task_ids,
+        help="comma-separated, e.g. HumanEval/0,HumanEval/5",
     )
-    parser.add_argument("--max-tokens", type=int, default=4096)
-    parser.add_argument("--retry-max-tokens", type=int, default=None, help="re-ask truncated answers with this limit")
-    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight")
-    parser.add_argument("--timeout-s", type=float, default=1800.0, help="per-request timeout")
-    parser.add_argument("--exec-timeout-s", type=float, default=10.0, help="sandbox wall clock per problem")
+    parser.add_argument("--max-tokens", type=int, default=CodingSettings.max_tokens)
+    parser.add_argument("--retry-max-tokens", type=int, default=CodingSettings.retry_truncated_max_tokens,
+                        help="re-ask truncated answers with this limit")
+    parser.add_argument("--concurrency", type=int, default=CodingSettings.concurrency, help="requests in flight")
+    parser.add_argument("--timeout-s", type=float, default=CodingSettings.request_timeout_s,
+                        help="per-request timeout")
+    parser.add_argument("--exec-timeout-s", type=float, default=CodingSettings.exec_timeout_s,
+                        help="sandbox wall clock per problem")
     parser.add_argument("--model", default=None, help="model field (default: first id from /v1/models)")
+    parser.add_argument("--isolation", default=CodingSettings.isolation, choices=ISOLATION_CHOICES,
+                        help="sandbox isolation mode (default: the strongest that works)")
+    parser.add_argument("--allow-weak-isolation", action="store_true",
+                        help="run in rlimits-only mode when no namespace isolation works (default: refuse)")
     parser.add_argument("--simulated", action="store_true", help="label results as coming from the stand-in server")
     parser.set_defaults(func=main)

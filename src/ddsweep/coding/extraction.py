@@ -3,7 +3,10 @@
 Rules, in order:
 1. Normalise line endings; remove every ``<think>…</think>`` section; an end tag without a start tag means
    everything before it was thinking; an unclosed ``<think>`` means everything after it is thinking.
-   A server's separate reasoning field is never an input here.
+   A server's separate reasoning field is never an input here. An answer cut at the token limit (finish
+   reason ``length``) whose thinking was never closed is not an answer at all: when the server does not
+   separate reasoning and the text has no ``</think>``, the chat template may have opened ``<think>`` itself,
+   so the whole text may be unfinished thinking; it is never executed.
 2. Fenced blocks (```` ``` ```` or ``~~~``, any tag; an unclosed fence runs to the end of the text). Python-tagged
    and untagged blocks are preferred over blocks tagged with another language.
 3. The last block that defines the entry point at top level and parses; else the last block that defines it.
@@ -158,8 +161,22 @@ def _unfenced_function(text: str, entry_point: str) -> str | None:
     return "\n".join(chunk).strip("\n")
 
 
-def extract_code(response: str | None, problem: Problem) -> Extraction:
+def unclosed_thinking(response: str, finish_reason: str | None, reasoning_separated: bool) -> bool:
+    """True when a `length` finish may have cut the answer inside a thinking block that was never closed."""
+    if finish_reason != "length":
+        return False
+    text = normalise_newlines(response)
+    opened = _START_THINK.search(_CLOSED_THINK.sub("", text)) is not None
+    return opened or (not reasoning_separated and _END_THINK.search(text) is None)
+
+
+def extract_code(
+    response: str | None, problem: Problem, finish_reason: str | None = None, reasoning_separated: bool = False
+) -> Extraction:
     """Extract the program to test from a model's final answer (see the module docstring for the rules)."""
+    if unclosed_thinking(response or "", finish_reason, reasoning_separated):
+        return Extraction(code=None, source="none", reason="the response hit the token limit inside a thinking "
+                          "block that was never closed (no </think>); truncated thinking is never executed")
     answer = strip_thinking(response or "")
     if not answer.strip():
         return Extraction(code=None, source="none", reason="the answer is empty once thinking is removed")

@@ -36,9 +36,13 @@ class Problem:
         """The complete reference implementation (prompt plus canonical body)."""
         return self.prompt + self.canonical_solution
 
-    def test_program(self, code: str) -> str:
-        """A program that defines `code` and then runs the problem's tests against the entry point."""
-        return f"{code}\n\n{self.test}\n\ncheck({self.entry_point})\n"
+    def judge_program(self) -> str:
+        """The trusted code the judge runs: the prompt (its helpers, e.g. `poly`) and the tests (`check`)."""
+        return f"{self.prompt}\n    pass\n\n{self.test}\n"
+
+    def sandbox_job(self, code: str) -> tuple[str, str, str]:
+        """The (program, tests, entry point) triple that Sandbox.run takes to test `code` on this problem."""
+        return code, self.judge_program(), self.entry_point
 
 
 def data_path() -> Path:

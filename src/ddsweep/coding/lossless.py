@@ -4,10 +4,15 @@ The text compared per problem is the reasoning field (empty when absent), a sepa
 response. Tokens for `first_diff_token` are a simple split, not the model's tokenizer: maximal runs of word
 characters (letters, digits, underscore) and every other non-space character on its own; whitespace only
 separates tokens. Problems missing from either list, or whose request failed in either, are not compared.
+
+Greedy decoding is not bit-reproducible at high concurrency or with tensor/expert parallelism, so the `ar`
+point asks every problem twice (coding/problems_repeat.jsonl); `assess_lossless` reports each point's
+exact-match rate next to that ar-vs-ar floor and flags only rates clearly below it.
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -59,4 +64,41 @@ def compare_outputs(reference: list[dict], candidate: list[dict]) -> dict:
         "exact_match": exact,
         "exact_match_rate": exact / compared if compared else None,
         "mismatches": mismatches,
+    }
+
+
+def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion (0, 1 when there are no trials)."""
+    if trials == 0:
+        return 0.0, 1.0
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def assess_lossless(reference: list[dict], reference_repeat: list[dict] | None,
+                    candidates: dict[str, list[dict]]) -> dict:
+    """Every point's exact-match rate against `ar`, next to the ar-vs-ar floor (the rate at which two `ar`
+    runs agree with each other). A point is flagged only when its rate is clearly below the floor: the upper
+    end of its 95% Wilson interval lies below the floor's rate. Without a repeat there is no floor and
+    nothing is flagged (a mismatch rate alone means nothing when `ar` itself is not reproducible)."""
+    floor = compare_outputs(reference, reference_repeat) if reference_repeat is not None else None
+    floor_rate = floor["exact_match_rate"] if floor else None
+    points = {}
+    for point_id, records in candidates.items():
+        match = compare_outputs(reference, records)
+        low, high = wilson_interval(match["exact_match"], match["compared"])
+        points[point_id] = {
+            **match,
+            "ci_low": low,
+            "ci_high": high,
+            "floor_rate": floor_rate,
+            "below_floor": None if floor_rate is None or not match["compared"] else high < floor_rate,
+        }
+    return {
+        "floor": None if floor is None else {k: floor[k] for k in ("compared", "exact_match", "exact_match_rate")},
+        "floor_mismatches": [] if floor is None else floor["mismatches"],
+        "points": points,
     }

@@ -1,22 +1,20 @@
-"""Run untrusted, model-written Python in a separate, limited and (where the host allows) isolated process.
+"""Run untrusted, model-written Python in isolated, limited processes and judge it where it cannot reach.
 
-Every run starts a fresh interpreter (``python -I -S``) that reads the program from stdin, applies resource
-limits to itself (CPU time, address space, processes, file size, open files, no core dumps) and executes the
-program with the problem's tests, reporting the outcome on stdout behind a random per-run token. The launcher
-process leads its own session and process group; on timeout the group is killed, and after every run whatever
-is left is killed too.
+One long-lived worker per sandbox slot runs ``python -I -S`` (the program in sandbox_worker.py) inside the
+isolation mode; for every problem it forks a fresh candidate process (the model's code, resource-limited, as
+an unprivileged user id when the host runs as root) and a separate judge process (the problem's tests, with
+the candidate's function reached through a socket that carries plain data only). The verdict is written by
+the judge to a pipe the candidate never holds; nothing the candidate prints, exits with or patches decides it.
 
-Isolation modes, probed once per process and cached (the first that works wins):
-- ``bubblewrap``: ``bwrap`` with a read-only bind of ``/``, a private ``/tmp`` as working directory, fresh
-  ``/dev`` and ``/proc``, the project, working and home directories hidden behind empty tmpfs mounts, all
-  namespaces unshared (user, PID, network, IPC, UTS, cgroup), ``--die-with-parent`` and a new session.
-- ``unshare``: util-linux ``unshare --mount --pid --fork --net --mount-proc`` with private tmpfs mounts over
-  ``/tmp``, ``/var/tmp``, ``/dev/shm`` and the hidden directories; capabilities are dropped with ``setpriv``.
-- ``rlimits-only``: resource limits, a temporary working directory and process-group/user cleanup only.
-When the host runs as root, each concurrent run uses its own unprivileged user id (leased from ``uid_base`` on, by a
-file lock, so concurrent sandboxes in other processes never share one), so
-RLIMIT_NPROC is enforced (the kernel ignores it for root), file permissions protect the host and signals to
-the host's processes are refused.
+Isolation modes (``isolation="auto"`` picks the first that works; a probe records why the others did not):
+- ``bubblewrap``: ``bwrap`` with a read-only bind of ``/``, private ``/tmp`` and ``/var/tmp``, fresh ``/dev``
+  and ``/proc``, the project, working and home directories hidden behind empty tmpfs mounts (the
+  interpreter's prefixes bound back read-only), new PID, network, IPC, UTS and cgroup namespaces (and a user
+  namespace when not root), the worker as PID 1, ``--die-with-parent``.
+- ``unshare``: util-linux ``unshare --mount --pid --fork --net --mount-proc`` with the same tmpfs mounts and
+  prefix binds (capabilities dropped with ``setpriv`` when not root).
+- ``rlimits-only``: resource limits, separate user ids (as root) and a child-subreaper cleanup only; allowed
+  only with ``require_isolation=False``.
 """
 
 from __future__ import annotations
@@ -25,58 +23,38 @@ import contextlib
 import fcntl
 import functools
 import json
-import math
 import os
 import queue
-import secrets
-import selectors
-import shlex
+import select
 import shutil
 import signal
-import stat
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+import weakref
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-ISOLATION_MODES = ("bubblewrap", "unshare", "rlimits-only")
-SANDBOX_ENV_MARKER = "DDSWEEP_SANDBOX_TOKEN"
-_TAIL_BYTES = 4096
+from ddsweep.coding.isolation import build_command, default_hidden_paths
 
-# The in-sandbox driver. It reads {"token", "program", "limits"} from stdin, limits itself, runs the program
-# under a module name other than __main__ and reports one tagged JSON line on fd 1.
-DRIVER = r"""
-import json, os, resource, sys
-_cfg = json.loads(sys.stdin.read())
-sys.stdin.close()
-for _name, _value in _cfg["limits"].items():
-    resource.setrlimit(getattr(resource, _name), (_value, _value))
-def _report(kind, error=None, _tag=_cfg.pop("token")):
-    try:
-        sys.stdout.flush()
-    except BaseException:
-        pass
-    os.write(1, ("\n" + _tag + " " + json.dumps({"kind": kind, "error": error}) + "\n").encode())
-    os._exit(0)
-_program = _cfg.pop("program")
-del _cfg
-try:
-    _code = compile(_program, "candidate.py", "exec")
-except (SyntaxError, ValueError) as _exc:
-    _report("syntax", type(_exc).__name__ + ": " + str(_exc))
-del _program
-try:
-    exec(_code, {"__name__": "__candidate__", "__builtins__": __builtins__})
-except AssertionError as _exc:
-    _report("assertion", ("AssertionError: " + str(_exc)).strip().rstrip(":"))
-except BaseException as _exc:
-    _report("exception", (type(_exc).__name__ + ": " + str(_exc))[:500])
-_report("passed")
-"""
+ISOLATION_MODES = ("bubblewrap", "unshare", "rlimits-only")
+ISOLATION_CHOICES = ("auto", *ISOLATION_MODES)
+WORKER_SOURCE = (Path(__file__).with_name("sandbox_worker.py")).read_text()
+_HEADER = struct.Struct(">I")
+_WORKER_GRACE_S = 10.0
+
+
+class IsolationError(RuntimeError):
+    """The requested isolation is not available on this host (the message says what is missing)."""
+
+
+class WorkerError(RuntimeError):
+    """A sandbox worker died or stopped answering; it is replaced and the run counts as failed."""
 
 
 @dataclass
@@ -106,442 +84,394 @@ class SandboxResult:
 
     @property
     def passed(self) -> bool:
-        """True when the program ran to the end without an exception."""
+        """True when the tests ran to completion against the candidate's answers."""
         return self.status == "passed"
 
 
-@dataclass
-class _Capture:
-    """Capped capture of one output stream: the first `cap` bytes, the last few KiB and the total size."""
-
-    cap: int
-    head: bytearray = field(default_factory=bytearray)
-    tail: bytearray = field(default_factory=bytearray)
-    total: int = 0
-
-    def add(self, chunk: bytes) -> None:
-        """Account for `chunk`, keeping only the head and a short tail."""
-        self.total += len(chunk)
-        room = self.cap - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-        self.tail = (self.tail + chunk)[-_TAIL_BYTES:]
-
-
-def project_root() -> Path | None:
-    """The source checkout this package runs from (the directory holding pyproject.toml), if any."""
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "pyproject.toml").is_file():
-            return parent
-    return None
-
-
-def default_hidden_paths() -> list[str]:
-    """Directories hidden from sandboxed code: the project, the working directory and home directories."""
-    candidates = [project_root(), Path.cwd(), Path.home(), Path("/root"), Path("/home")]
-    seen: list[str] = []
-    for path in candidates:
-        if path is None:
+def acquire_uid(base: int, lease_range: int = 4096) -> tuple[int, int]:
+    """Lease a user id that no other sandbox on this host uses meanwhile (an flock per uid): (uid, lock fd);
+    closing the fd releases it. Cleaning up by uid therefore never touches another eval's programs."""
+    lease_dir = Path(tempfile.gettempdir()) / "ddsweep-sandbox-uids"
+    lease_dir.mkdir(mode=0o700, exist_ok=True)
+    for uid in range(base, base + lease_range):
+        fd = os.open(lease_dir / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
             continue
-        resolved = str(Path(path).resolve())
-        if resolved != "/" and Path(resolved).is_dir() and resolved not in seen:
-            seen.append(resolved)
-    return seen
+        return uid, fd
+    raise RuntimeError(f"all {lease_range} sandbox user ids from {base} are in use on this host")
 
 
-def _world_executable(path: str) -> bool:
-    """True when an unprivileged user can reach and execute `path` (every ancestor directory is o+x)."""
-    real = Path(os.path.realpath(path))
-    if not real.is_file() or not real.stat().st_mode & stat.S_IXOTH:
-        return False
-    return all(parent.stat().st_mode & stat.S_IXOTH for parent in real.parents)
+def _read_frame(fd: int, deadline: float) -> dict:
+    """Read one length-prefixed JSON frame from `fd` before `deadline`; raises WorkerError otherwise."""
+    data = b""
+    need = _HEADER.size
+    header_done = False
+    while len(data) < need:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            raise WorkerError("the sandbox worker did not answer in time")
+        chunk = os.read(fd, need - len(data))
+        if not chunk:
+            raise WorkerError("the sandbox worker exited")
+        data += chunk
+        if len(data) == need and not header_done:
+            header_done, need, data = True, _HEADER.unpack(data)[0], b""
+            if need == 0:
+                break
+    return json.loads(data)
 
 
-def default_python(drop_privileges: bool) -> str:
-    """The interpreter for sandboxed code: this one, or a system python3 an unprivileged user can run."""
-    own = os.path.realpath(sys.executable)
-    if not drop_privileges:
-        return own
-    for candidate in (own, "/usr/bin/python3", "/usr/local/bin/python3", shutil.which("python3") or ""):
-        if candidate and _world_executable(candidate):
-            return os.path.realpath(candidate)
-    raise RuntimeError("no Python interpreter is executable by an unprivileged user; pass python=")
+class _Worker:
+    """One running sandbox worker process (one slot)."""
 
+    def __init__(self, argv: list[str], env: dict[str, str], config: dict) -> None:
+        """Start the worker, send its configuration and wait until it is ready."""
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the worker; closed in kill())
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+                                     env=env, cwd="/", start_new_session=True, close_fds=True)
+        try:
+            self.send(config)
+            _read_frame(self.proc.stdout.fileno(), time.monotonic() + 60)
+        except (WorkerError, OSError) as exc:
+            reason = self.failure_text()
+            self.kill()
+            raise WorkerError(f"the sandbox worker did not start ({exc}): {reason}") from exc
 
-def _user_process_count(uid: int) -> int:
-    """How many processes `uid` owns (real uid), from /proc."""
-    return len(_pids_matching(lambda pid: _real_uid(pid) == uid))
+    def send(self, obj: dict) -> None:
+        """Write one frame to the worker."""
+        payload = json.dumps(obj).encode()
+        self.proc.stdin.write(_HEADER.pack(len(payload)) + payload)
+        self.proc.stdin.flush()
 
+    def run(self, job: dict) -> dict:
+        """Send a job and wait for its result (the worker enforces the job's timeout itself)."""
+        self.send(job)
+        return _read_frame(self.proc.stdout.fileno(), time.monotonic() + job["timeout_s"] + _WORKER_GRACE_S)
 
-def _real_uid(pid: str) -> int | None:
-    """The real uid of process `pid`, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("Uid:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
+    def failure_text(self) -> str:
+        """The last lines the worker or its launcher wrote to stderr."""
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.wait(timeout=1)
+        self.stderr.seek(0)
+        lines = self.stderr.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
+        status = f"exit status {self.proc.returncode}" if self.proc.returncode is not None else "still running"
+        return (lines[-1] if lines else "no message") + f" ({status})"
 
-
-def _has_marker(pid: str, token: str) -> bool:
-    """True when process `pid` was started with the sandbox marker variable set to `token`."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            return f"{SANDBOX_ENV_MARKER}={token}".encode() in handle.read().split(b"\0")
-    except OSError:
-        return False
-
-
-def _pids_matching(predicate: Callable[[str], bool]) -> list[int]:
-    """Process ids from /proc (other than this process) for which `predicate(pid)` holds."""
-    own = os.getpid()
-    return [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) != own and predicate(name)]
-
-
-def _kill_matching(predicate: Callable[[str], bool], rounds: int = 50) -> None:
-    """SIGKILL every process matching `predicate` until none is left (forks racing the scan included)."""
-    for _ in range(rounds):
-        pids = _pids_matching(predicate)
-        if not pids:
-            return
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.005)
+    def kill(self) -> None:
+        """Kill the worker and everything in its namespace or process group."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()
+        self.stderr.close()
 
 
 class Sandbox:
-    """Runs programs in isolated, resource-limited subprocesses, several at once (one slot per run)."""
+    """Runs candidate programs against tests in isolated, limited processes, several at once (one per slot)."""
 
     def __init__(
         self,
         timeout_s: float = 10.0,
         limits: SandboxLimits | None = None,
-        isolation: str | None = None,
+        isolation: str = "auto",
+        require_isolation: bool = True,
         workers: int | None = None,
         hidden_paths: Sequence[str] | None = None,
         python: str | None = None,
         uid_base: int = 62000,
     ) -> None:
-        """Configure the sandbox; `isolation` None probes for the strongest mode this host supports."""
+        """Configure the sandbox and choose the mode; raises IsolationError when the mode cannot be used."""
+        if isolation not in ISOLATION_CHOICES:
+            raise ValueError(f"isolation must be one of {ISOLATION_CHOICES}, got {isolation!r}")
         self.timeout_s = timeout_s
         self.limits = limits or SandboxLimits()
         self.workers = workers or os.cpu_count() or 1
         self.drop_privileges = os.geteuid() == 0
-        self.python = python or default_python(self.drop_privileges)
+        self.python = os.path.realpath(python or sys.executable)
         self.hidden_paths = list(default_hidden_paths() if hidden_paths is None else hidden_paths)
         self.uid_base = uid_base
+        self.requested = isolation
+        self.require_isolation = require_isolation
+        self.probe: dict[str, str] = {}
+        if isolation == "auto":
+            self.probe = probe_isolation(self.python, tuple(self.hidden_paths), uid_base)
+            isolation = next((m for m in ISOLATION_MODES[:-1] if self.probe[m] == "works"), "rlimits-only")
+        elif isolation != "rlimits-only":
+            reason = probe_mode(isolation, self.python, tuple(self.hidden_paths), uid_base)
+            self.probe = {isolation: reason}
+            if reason != "works":
+                raise IsolationError(f"coding_eval.isolation: {isolation} does not work on this host: {reason}")
+        if isolation == "rlimits-only" and require_isolation:
+            missing = "; ".join(f"{mode}: {why}" for mode, why in self.probe.items()) or "rlimits-only requested"
+            raise IsolationError(
+                "no namespace isolation works on this host for the coding sandbox (" + missing + "). Install "
+                "bubblewrap or allow user namespaces, or accept the weak mode explicitly with "
+                "coding_eval.require_isolation: false (then candidates can reach the network and world-readable "
+                "files; see docs/sandbox.md)."
+            )
+        self.isolation = isolation
         self._slots: queue.Queue[int] = queue.Queue()
         for slot in range(self.workers):
             self._slots.put(slot)
+        self._running: dict[int, tuple[_Worker, list[tuple[int, int]]]] = {}
         self._nproc_base = 0 if self.drop_privileges else _user_process_count(os.getuid())
-        if isolation is None:
-            isolation = detect_isolation(self.python, uid_base)
-        if isolation not in ISOLATION_MODES:
-            raise ValueError(f"isolation must be one of {ISOLATION_MODES}, got {isolation!r}")
-        self.isolation = isolation
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawn")
+        self._finalizer = weakref.finalize(self, _shutdown, self._running, self._spawner)
 
     @property
     def guarantees(self) -> list[str]:
         """Sentences stating what this mode does and does not guarantee, for the summary."""
         limits = self.limits
         common = [
-            f"Each program runs in a fresh interpreter with a wall-clock limit of {self.timeout_s:g} s, after "
-            f"which its whole process group is killed; CPU time is limited to {self._cpu_limit()} s "
-            f"(RLIMIT_CPU), address space to {limits.memory_bytes >> 20} MiB (RLIMIT_AS), single files to "
-            f"{limits.fsize_bytes >> 20} MiB (RLIMIT_FSIZE), open files to {limits.nofile}, core dumps to 0.",
+            "The verdict is written by a separate judge process that runs the tests and reaches the candidate's "
+            "function only through a socket carrying plain data (no objects, no code); the candidate never "
+            "holds the verdict channel, so its output, exit status, patched builtins or forged objects cannot "
+            "make it pass.",
+            f"Each program runs in a fresh process forked from a warmed interpreter, with a wall-clock limit of "
+            f"{self.timeout_s:g} s after which it and all its descendants are killed; CPU time is limited to "
+            f"{self._cpu_limit()} s (RLIMIT_CPU), address space to {limits.memory_bytes >> 20} MiB (RLIMIT_AS), "
+            f"single files to {limits.fsize_bytes >> 20} MiB (RLIMIT_FSIZE), open files to {limits.nofile}, "
+            "core dumps to 0.",
             "The environment is scrubbed (only PATH, HOME, LANG and TMPDIR are set); stdout and stderr are "
             f"captured and capped at {limits.output_bytes >> 10} KiB each.",
         ]
         if self.drop_privileges:
             common.append(
-                f"Each concurrent run has its own unprivileged user id (leased from {self.uid_base} on, unique "
-                "across processes on this host): RLIMIT_NPROC "
-                f"({limits.nproc}) is enforced, root-owned files cannot be written and host processes cannot "
-                "be signalled."
+                f"Candidate and judge run under two unprivileged user ids leased per slot (from {self.uid_base} "
+                f"on, unique across processes on this host): RLIMIT_NPROC ({limits.nproc}) is enforced, "
+                "root-owned files cannot be written and neither the judge nor host processes can be signalled."
             )
         else:
             common.append(
                 "Programs run as the invoking user: RLIMIT_NPROC is that user's process count plus "
-                f"{limits.nproc}, and what that user can write or signal is not protected by permissions."
+                f"{limits.nproc}; the judge is not dumpable (not readable or traceable by the candidate), and a "
+                "candidate that kills it only fails its own problem."
             )
         if self.isolation == "bubblewrap":
             return common + [
-                "bubblewrap: the root file system is mounted read-only and /tmp is a private tmpfs used as the "
-                "working directory; the project, working and home directories are hidden.",
-                "bubblewrap: new user, PID, network, IPC, UTS and cgroup namespaces: no network (not even the "
-                "host's loopback), no view of host processes, and every process of the run dies with it.",
+                "bubblewrap: the root file system is mounted read-only, /tmp and /var/tmp are private tmpfs; the "
+                "project, working and home directories are hidden (the interpreter is bound back read-only).",
+                "bubblewrap: new PID, network, IPC, UTS and cgroup namespaces: no network (not even the host's "
+                "loopback), no view of host processes, and every process dies with the worker.",
                 "Not guaranteed: total size written to the private /tmp (it is RAM-backed) is bounded only per "
                 "file and by the time limit; the kernel itself is shared.",
             ]
         if self.isolation == "unshare":
             return common + [
-                "unshare: new mount, PID and network namespaces: private tmpfs over /tmp, /var/tmp and "
-                "/dev/shm (64 MiB each), the project, working and home directories hidden, no network, no view "
-                "of host processes, and every process of the run dies with it; capabilities are dropped.",
+                "unshare: new mount, PID and network namespaces: private tmpfs over /tmp, /var/tmp and /dev/shm, "
+                "the project, working and home directories hidden, no network, no view of host processes, and "
+                "every process dies with the worker.",
                 "Not guaranteed: the rest of the file system is protected by permissions only, not mounted "
                 "read-only; the kernel itself is shared.",
             ]
         return common + [
-            "rlimits-only: no namespaces. The network is reachable, files readable by the sandbox user "
-            "(including world-readable project files) can be read, and host processes are visible.",
-            "rlimits-only: leftovers are killed by process group and then by "
-            + ("user id" if self.drop_privileges else f"the {SANDBOX_ENV_MARKER} environment marker")
-            + "; a process that clears its environment and leaves the group can survive"
-            + (" only if it changes user id, which it cannot." if self.drop_privileges else "."),
+            "rlimits-only (explicitly allowed): no namespaces. The network is reachable, files readable by the "
+            "sandbox user (including world-readable project files) can be read, and host processes are visible.",
+            "rlimits-only: leftovers are killed as descendants of a child-subreaper"
+            + (" and by user id." if self.drop_privileges else "; a candidate that kills its zygote first can "
+               "leave a process behind."),
         ]
 
     def _cpu_limit(self) -> int:
         """CPU-seconds limit for one run."""
-        return self.limits.cpu_s or int(math.ceil(self.timeout_s)) + 1
+        return self.limits.cpu_s or int(self.timeout_s + 0.999) + 1
 
-    def _rlimits(self) -> dict[str, int]:
-        """The limits the driver applies to itself (names of `resource` constants to values)."""
+    def _config(self, cand_uid: int | None, judge_uid: int | None) -> dict:
+        """The worker's configuration: user ids and the limits each child applies to itself."""
         limits = self.limits
+        cpu = self._cpu_limit()
         return {
-            "RLIMIT_CPU": self._cpu_limit(),
-            "RLIMIT_AS": limits.memory_bytes,
-            "RLIMIT_NPROC": limits.nproc + self._nproc_base,
-            "RLIMIT_FSIZE": limits.fsize_bytes,
-            "RLIMIT_NOFILE": limits.nofile,
-            "RLIMIT_CORE": 0,
+            "cand_uid": cand_uid,
+            "judge_uid": judge_uid,
+            "limits": {
+                "RLIMIT_CPU": cpu,
+                "RLIMIT_AS": limits.memory_bytes,
+                "RLIMIT_NPROC": limits.nproc + self._nproc_base,
+                "RLIMIT_FSIZE": limits.fsize_bytes,
+                "RLIMIT_NOFILE": limits.nofile,
+                "RLIMIT_CORE": 0,
+                "output_bytes": limits.output_bytes,
+            },
+            "judge_limits": {"RLIMIT_CPU": cpu, "RLIMIT_AS": max(limits.memory_bytes, 1 << 30), "RLIMIT_CORE": 0},
         }
 
-    def _python_argv(self) -> list[str]:
-        """The interpreter command inside the sandbox."""
-        return [self.python, "-I", "-S", "-c", DRIVER]
+    def _spawn(self) -> tuple[_Worker, list[tuple[int, int]]]:
+        """Start one worker (on the spawner thread, so the worker's parent-death signal follows the Sandbox)."""
+        leases = [acquire_uid(self.uid_base) for _ in range(2)] if self.drop_privileges else []
+        uids = [uid for uid, _ in leases] or [None, None]
+        config = self._config(*uids)
+        try:
+            argv = build_command(self.isolation, [self.python, "-I", "-S", "-c", WORKER_SOURCE], self.hidden_paths,
+                                 self.drop_privileges)
+        except (OSError, subprocess.SubprocessError) as exc:
+            for _, fd in leases:
+                os.close(fd)
+            raise WorkerError(f"the sandbox worker did not start ({type(exc).__name__}: {exc})") from exc
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": tempfile.gettempdir()
+               if self.isolation == "rlimits-only" else "/tmp", "LANG": "C.UTF-8"}
+        try:
+            return _Worker(argv, env, config), leases
+        except BaseException:
+            for _, fd in leases:
+                os.close(fd)
+            raise
 
-    def _command(self, uid: int | None) -> list[str]:
-        """The full launcher command for the current isolation mode."""
-        return build_command(self.isolation, self._python_argv(), self.hidden_paths, uid)
-
-    def run(self, program: str, timeout_s: float | None = None) -> SandboxResult:
-        """Execute `program` once and classify the outcome; blocks while all slots are busy."""
+    def run(self, program: str, test: str, entry_point: str, timeout_s: float | None = None) -> SandboxResult:
+        """Define `program`, run `test` (which defines check(candidate)) against its `entry_point` in the
+        judge, and classify the outcome; blocks while all slots are busy."""
         slot = self._slots.get()
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        job = {"program": program, "test": test, "entry_point": entry_point, "timeout_s": timeout_s}
+        started = time.monotonic()
         try:
-            if not self.drop_privileges:
-                return self._run_in_slot(program, None, timeout_s)
-            with lease_uid(self.uid_base) as uid:
-                return self._run_in_slot(program, uid, timeout_s)
+            if slot not in self._running:
+                try:
+                    self._running[slot] = self._spawner.submit(self._spawn).result()
+                except WorkerError as exc:
+                    raise IsolationError(f"{self.isolation} mode stopped working: {exc}") from exc
+            try:
+                reply = self._running[slot][0].run(job)
+            except (WorkerError, OSError, ValueError) as exc:
+                worker, leases = self._running.pop(slot)
+                reason = worker.failure_text()
+                _stop(worker, leases)
+                return SandboxResult("exception", f"the sandbox worker failed ({exc}; {reason})",
+                                     time.monotonic() - started, None, "", "", 0, 0)
+            return classify(reply, timeout_s)
         finally:
             self._slots.put(slot)
 
-    def run_many(self, programs: Sequence[str]) -> list[SandboxResult]:
-        """Execute many programs in parallel on all slots; results are in input order."""
+    def run_problem(self, problem: object, code: str, timeout_s: float | None = None) -> SandboxResult:
+        """Run `code` as the solution of a HumanEval problem (its prompt is the judge's trusted context)."""
+        return self.run(*problem.sandbox_job(code), timeout_s=timeout_s)
+
+    def run_many(self, jobs: Sequence[tuple[str, str, str]]) -> list[SandboxResult]:
+        """Run many (program, test, entry_point) jobs in parallel on all slots; results in input order."""
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            return list(pool.map(self.run, programs))
+            return list(pool.map(lambda job: self.run(*job), jobs))
 
-    def _run_in_slot(self, program: str, uid: int | None, timeout_s: float) -> SandboxResult:
-        """Launch, feed, watch and clean up one run as user `uid` (None: as the current user)."""
-        token = secrets.token_hex(16)
-        if uid is not None and self.isolation == "rlimits-only":
-            _kill_matching(lambda pid: _real_uid(pid) == uid)  # leftovers of a run whose holder died
-        workdir = None
-        if self.isolation == "rlimits-only":
-            workdir = tempfile.mkdtemp(prefix="ddsweep-sandbox-")
-            if uid is not None:
-                os.chown(workdir, uid, uid)
-            os.chmod(workdir, 0o700)
-        home = workdir or "/tmp"
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
-        if self.isolation == "rlimits-only" and uid is None:
-            env[SANDBOX_ENV_MARKER] = token
-        payload = json.dumps({"token": token, "program": program, "limits": self._rlimits()}).encode()
-        user_kwargs: dict = {}
-        if uid is not None and self.isolation != "unshare":
-            user_kwargs = {"user": uid, "group": uid, "extra_groups": []}
-        started = time.monotonic()
-        proc = subprocess.Popen(
-            self._command(uid),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=workdir or "/",
-            env=env,
-            start_new_session=True,
-            close_fds=True,
-            **user_kwargs,
-        )
-        try:
-            out, err, timed_out = self._communicate(proc, payload, started + timeout_s)
-        finally:
-            self._cleanup(proc, uid, token)
-            if workdir:
-                shutil.rmtree(workdir, ignore_errors=True)
-        duration = time.monotonic() - started
-        return classify(proc.returncode, out, err, token, timed_out, duration, timeout_s)
+    def close(self) -> None:
+        """Stop every worker (also done when the Sandbox is garbage-collected or the process exits)."""
+        self._finalizer()
 
-    def _communicate(self, proc: subprocess.Popen, payload: bytes, deadline: float) -> tuple[_Capture, _Capture, bool]:
-        """Write the payload, drain stdout/stderr with caps until exit or `deadline`; True if timed out."""
-        out, err = _Capture(self.limits.output_bytes), _Capture(self.limits.output_bytes)
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        try:
-            proc.stdin.write(payload)
-            proc.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass
-        captures = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
-        with selectors.DefaultSelector() as selector:
-            for fd in captures:
-                selector.register(fd, selectors.EVENT_READ)
-            while selector.get_map():
-                if proc.poll() is not None:
-                    deadline = min(deadline, time.monotonic() + 0.2)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return out, err, True
-                for key, _ in selector.select(timeout=min(remaining, 0.5)):
-                    chunk = os.read(key.fd, 65536)
-                    if chunk:
-                        captures[key.fd].add(chunk)
-                    else:
-                        selector.unregister(key.fd)
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            return out, err, True
-        return out, err, False
+    def __enter__(self) -> Sandbox:
+        """Use as a context manager that stops the workers at the end."""
+        return self
 
-    def _cleanup(self, proc: subprocess.Popen, uid: int | None, token: str) -> None:
-        """Kill the run's process group, reap the launcher, and kill leftovers that left the group."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        for stream in (proc.stdout, proc.stderr, proc.stdin):
-            if stream is not None:
-                stream.close()
-        if self.isolation == "rlimits-only":
-            if uid is not None:
-                _kill_matching(lambda pid: _real_uid(pid) == uid)
-            else:
-                _kill_matching(lambda pid: _has_marker(pid, token))
+    def __exit__(self, *exc: object) -> None:
+        """Stop the workers."""
+        self.close()
 
 
-UID_LEASE_DIR = Path(tempfile.gettempdir()) / "ddsweep-sandbox-uids"
-UID_LEASE_RANGE = 4096
+def _stop(worker: _Worker, leases: list[tuple[int, int]]) -> None:
+    """Kill a worker, then every process left under its user ids, and release the ids."""
+    worker.kill()
+    for uid, fd in leases:
+        for _ in range(50):
+            pids = _pids_of_user(uid)
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.005)
+        os.close(fd)
 
 
-@contextlib.contextmanager
-def lease_uid(base: int) -> Iterator[int]:
-    """Hold a user id that no other sandbox run on this host uses meanwhile (an flock per uid), so that
-    cleaning up by uid never kills another process's runs."""
-    UID_LEASE_DIR.mkdir(mode=0o700, exist_ok=True)
-    for uid in range(base, base + UID_LEASE_RANGE):
-        fd = os.open(UID_LEASE_DIR / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        try:
-            yield uid
-        finally:
-            os.close(fd)
-        return
-    raise RuntimeError(f"all {UID_LEASE_RANGE} sandbox user ids from {base} are in use on this host")
+def _shutdown(running: dict, spawner: ThreadPoolExecutor) -> None:
+    """Stop all workers of a Sandbox and its spawner thread."""
+    for slot in list(running):
+        _stop(*running.pop(slot))
+    spawner.shutdown(wait=False)
 
 
-def build_command(isolation: str, python_argv: list[str], hidden_paths: Sequence[str], uid: int | None) -> list[str]:
-    """The launcher argv that runs `python_argv` under `isolation` (uid: drop to it in `unshare` mode)."""
-    if isolation == "bubblewrap":
-        argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        for path in ("/tmp", "/var/tmp", *hidden_paths):
-            if os.path.isdir(path):
-                argv += ["--tmpfs", path]
-        argv += _rebinds(python_argv[0], hidden_paths, "--ro-bind")
-        argv += ["--unshare-all", "--die-with-parent", "--new-session", "--chdir", "/tmp", "--"]
-        return argv + python_argv
-    if isolation == "unshare":
-        mounts = [
-            f"mount -t tmpfs -o size=64m,mode=1777 ddsweep-tmp {shlex.quote(p)}"
-            for p in ("/tmp", "/var/tmp", "/dev/shm")
-            if os.path.isdir(p)
-        ]
-        mounts += [f"mount -t tmpfs -o size=1m,mode=755 ddsweep-hide {shlex.quote(p)}" for p in hidden_paths]
-        mounts += [
-            f"mkdir -p {shlex.quote(p)} && mount --bind -o ro {shlex.quote(src)} {shlex.quote(p)}"
-            for src, p in _rebind_pairs(python_argv[0], hidden_paths)
-        ]
-        setpriv = ["setpriv"]
-        if uid is not None:
-            setpriv += [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
-        setpriv += ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
-        script = " && ".join([*mounts, "cd /tmp", shlex.join(setpriv) + ' "$@"'])
-        prefix = ["unshare"] if uid is not None else ["unshare", "--user", "--map-root-user"]
-        prefix += ["--mount", "--pid", "--fork", "--net", "--mount-proc", "--kill-child", "--propagation", "private"]
-        return [*prefix, "sh", "-c", script, "sandbox", *python_argv]
-    return list(python_argv)
+def _pids_of_user(uid: int) -> list[int]:
+    """Process ids whose real uid is `uid`, from /proc (this host's PID namespace)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError, StopIteration):
+                status = Path(f"/proc/{name}/status").read_text(errors="replace")
+                line = next(x for x in status.splitlines() if x.startswith("Uid:"))
+                if int(line.split()[1]) == uid:
+                    found.append(int(name))
+    return found
 
 
-def _rebind_pairs(python: str, hidden_paths: Sequence[str]) -> list[tuple[str, str]]:
-    """(source, target) bind mounts that bring the interpreter's prefix back when a hidden path covers it."""
-    prefix = str(Path(os.path.realpath(python)).parent.parent)
-    covered = any(prefix == h or prefix.startswith(h.rstrip("/") + "/") for h in hidden_paths)
-    return [(prefix, prefix)] if covered else []
+def _user_process_count(uid: int) -> int:
+    """How many processes `uid` owns (real uid)."""
+    return len(_pids_of_user(uid))
 
 
-def _rebinds(python: str, hidden_paths: Sequence[str], option: str) -> list[str]:
-    """bwrap arguments for `_rebind_pairs`."""
-    return [arg for src, dst in _rebind_pairs(python, hidden_paths) for arg in (option, src, dst)]
-
-
-def classify(
-    returncode: int | None,
-    out: _Capture,
-    err: _Capture,
-    token: str,
-    timed_out: bool,
-    duration_s: float,
-    timeout_s: float,
-) -> SandboxResult:
-    """Turn a finished run into a SandboxResult using the driver's tagged report line."""
-    report = None
-    for line in bytes(out.tail).decode("utf-8", "replace").splitlines():
-        if line.startswith(token + " "):
-            try:
-                report = json.loads(line[len(token) + 1 :])
-            except json.JSONDecodeError:
-                report = None
-    stdout = bytes(out.head).decode("utf-8", "replace").replace(token, "<token>")
-    stderr = bytes(err.head).decode("utf-8", "replace")
-    if report is not None:
-        status, error = report["kind"], report["error"]
-    elif timed_out:
+def classify(reply: dict, timeout_s: float) -> SandboxResult:
+    """Turn a worker's report of one run into a SandboxResult; only the judge's verdict can say passed."""
+    verdict = reply.get("verdict") or {}
+    kind = verdict.get("kind")
+    status_raw = reply.get("candidate_status")
+    code = os.waitstatus_to_exitcode(status_raw) if status_raw is not None else None
+    if reply.get("timed_out"):
         status, error = "timeout", f"wall-clock limit of {timeout_s:g} s exceeded"
-    elif returncode is not None and returncode < 0 and -returncode == signal.SIGXCPU:
+    elif kind in ("passed", "assertion", "exception", "syntax"):
+        status, error = kind, verdict.get("error")
+    elif code is not None and code < 0 and -code == signal.SIGXCPU:
         status, error = "timeout", "CPU time limit exceeded (SIGXCPU)"
-    else:
-        last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    elif kind == "gone":
+        last = reply.get("stderr", "").strip().splitlines()[-1:] or [""]
         status = "exception"
-        error = f"the program exited before its tests finished (exit status {returncode}) {last}".strip()
+        error = f"the program exited before its tests finished (exit status {code}) {last[0]}".strip()
+    else:
+        status, error = "exception", "the judge ended without a verdict"
     return SandboxResult(
         status=status,
         error=error,
-        duration_s=duration_s,
-        returncode=returncode,
-        stdout=stdout,
-        stderr=stderr,
-        stdout_bytes=out.total,
-        stderr_bytes=err.total,
+        duration_s=reply.get("duration_s", 0.0),
+        returncode=code,
+        stdout=reply.get("stdout", ""),
+        stderr=reply.get("stderr", ""),
+        stdout_bytes=reply.get("stdout_bytes", 0),
+        stderr_bytes=reply.get("stderr_bytes", 0),
     )
 
 
-@functools.cache
-def detect_isolation(python: str, uid_base: int = 62000) -> str:
-    """Probe once (cached) for the strongest isolation mode that actually runs a program on this host."""
-    probe = "import os\nassert os.getpid() < 100, 'not in a fresh PID namespace'\n"
-    for mode in ISOLATION_MODES[:-1]:
-        tool = "bwrap" if mode == "bubblewrap" else "unshare"
-        if shutil.which(tool) is None:
-            continue
+PROBE_PROGRAM = "import os\ndef probe():\n    return os.getpid() < 100\n"
+PROBE_TEST = "def check(candidate):\n    assert candidate() is True, 'not in a fresh PID namespace'\n"
+_PROBE_LOCK = threading.Lock()
+
+
+def probe_mode(mode: str, python: str, hidden_paths: tuple[str, ...], uid_base: int = 62000) -> str:
+    """"works" when `mode` runs a probe job in a fresh PID namespace on this host, else the reason it fails."""
+    tool = "bwrap" if mode == "bubblewrap" else "unshare"
+    if shutil.which(tool) is None:
+        return f"{tool} not found on PATH ({os.environ.get('PATH', '')})"
+    with _PROBE_LOCK:
         try:
-            sandbox = Sandbox(timeout_s=20.0, isolation=mode, workers=1, python=python, uid_base=uid_base)
-            result = sandbox.run(probe)
-        except OSError:
-            continue
-        if result.passed:
-            return mode
-    return "rlimits-only"
+            sandbox = Sandbox(timeout_s=20.0, isolation="rlimits-only", require_isolation=False, workers=1,
+                              python=python, hidden_paths=hidden_paths, uid_base=uid_base)
+            sandbox.isolation = mode
+            with sandbox:
+                result = sandbox.run(PROBE_PROGRAM, PROBE_TEST, "probe")
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+    return "works" if result.passed else f"{result.status}: {result.error}"
+
+
+@functools.cache
+def probe_isolation(python: str, hidden_paths: tuple[str, ...], uid_base: int = 62000) -> dict[str, str]:
+    """Probe (cached per process) every namespace mode, strongest first: mode -> "works" or why not."""
+    results: dict[str, str] = {}
+    for mode in ISOLATION_MODES[:-1]:
+        results[mode] = probe_mode(mode, python, hidden_paths, uid_base)
+        if results[mode] == "works":
+            break
+    return results
+
+
+def detect_isolation(python: str | None = None) -> str:
+    """The mode `isolation="auto"` picks on this host (rlimits-only when no namespace mode works)."""
+    probe = probe_isolation(os.path.realpath(python or sys.executable), tuple(default_hidden_paths()))
+    return next((m for m in ISOLATION_MODES[:-1] if probe.get(m) == "works"), "rlimits-only")

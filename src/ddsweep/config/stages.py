@@ -12,15 +12,9 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 
-from ddsweep.config.study import (
-    ConfigError,
-    Point,
-    _compile_constraint,
-    _make_point,
-    estimate_minutes,
-    expand_points,
-    point_record,
-)
+from ddsweep.config.knobs import effective_tree
+from ddsweep.config.plan import estimate_minutes, running_points, server_key
+from ddsweep.config.study import ConfigError, Point, _compile_constraint, _make_point, expand_points, point_record
 
 STRATEGIES = ("grid", "adaptive")
 
@@ -84,6 +78,17 @@ def _allowed(config: dict, point: Point) -> bool:
     return all(eval(code, {"__builtins__": {}}, dict(point.knobs)) for code in constraints)  # noqa: S307
 
 
+def screen_ids(config: dict) -> list[str]:
+    """The points the screening runs: every configured point that runs (one per alias group, docs/adaptive.md)."""
+    return [p.point_id for p in running_points(config)]
+
+
+def _server_key(config: dict, point: Point) -> tuple:
+    """What makes the point's server configuration distinct (config/plan.py): equal keys are aliases."""
+    tree = effective_tree(config["engine"]["presets"][point.preset], point.knobs, f"point {point.point_id}")
+    return server_key(config, point, tree)
+
+
 def refine_candidates(config: dict, survivors: Iterable[str]) -> list[Point]:
     """Points `sweep.refine` adds around the surviving grid points (not explicit `sweep.points`): each refined
     knob moved by ± its step, kept inside the grid's range for that knob, passing the constraints and not
@@ -93,6 +98,7 @@ def refine_candidates(config: dict, survivors: Iterable[str]) -> list[Point]:
     if not refine or not grid:
         return []
     known = {p.point_id: p for p in expand_points(config)}
+    seen = {_server_key(config, p) for p in known.values()}
     added: dict[str, Point] = {}
     for pid in survivors:
         point = known.get(pid)
@@ -113,8 +119,10 @@ def refine_candidates(config: dict, survivors: Iterable[str]) -> list[Point]:
                     candidate = _make_point(config, {"preset": point.preset, **knobs}, f"sweep.refine.{knob}")
                 except ConfigError:
                     continue
-                if candidate.point_id not in known and _allowed(config, candidate):
-                    added.setdefault(candidate.point_id, candidate)
+                key = _server_key(config, candidate)
+                if candidate.point_id not in known and key not in seen and _allowed(config, candidate):
+                    added[candidate.point_id] = candidate
+                    seen.add(key)  # a candidate with the same server configuration as another is not added
     return list(added.values())
 
 
@@ -136,8 +144,9 @@ def _max_refinements(config: dict, points: list[Point]) -> int:
 
 
 def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
-    """Worst-case and expected job minutes of each adaptive stage, and of the full grid, for `ddsweep plan`."""
-    points = expand_points(config)
+    """Worst-case and expected job minutes of each adaptive stage, and of the full grid (the points that run),
+    for `ddsweep plan`."""
+    points = running_points(config)
     n = len(points)
     screen_cfg = screen_settings(config)
     est = config.get("resources", {}).get("estimate", {})

@@ -3,28 +3,35 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import copy
 import itertools
 import json
-import string
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
+from ddsweep.config.defaults import load_schema
+from ddsweep.config.knobs import (
+    BY_NAME,
+    KIND_KNOBS,
+    KNOBS,
+    SERVER_PLACEHOLDERS,
+    ExpressionError,
+    check_tree_rule,
+    compile_expression,
+    effective_tree,
+    evaluate,
+    placeholders,
+    server_preset,
+    unverified_knobs,
+)
 from ddsweep.storage import write_text_atomic
 
-KNOBS = ("budget", "topk", "block_size", "window")
-# Knobs each kind of point uses; the others are None for that kind.
-KIND_KNOBS = {"ddtree": KNOBS, "dflash": ("block_size", "window"), "ar": ()}
-# Placeholders a command template, environment value or verify value may use besides the knobs.
-SERVER_PLACEHOLDERS = ("model_path", "served_model_name", "drafter_path", "host", "port", "python")
 CODING_PROBLEMS = 164
 DEMO_HINT = "to try the pipeline without a GPU, run the demo: snakemake --cores all --configfile .test/config.yaml"
 
@@ -62,11 +69,6 @@ class Point:
         return self.preset
 
 
-def schema_path() -> Path:
-    """The JSON schema the configuration is validated against (also linked from workflow/schemas/)."""
-    return Path(str(resources.files("ddsweep.config") / "schemas" / "config.schema.yaml"))
-
-
 def _key_path(parts: Any) -> str:
     """Render a jsonschema path such as ['engine', 'presets', 'ar'] as `engine.presets.ar`."""
     text = ""
@@ -101,7 +103,7 @@ def validate_config(raw: Mapping[str, Any]) -> dict:
     if not isinstance(raw, Mapping):
         raise ConfigError("the configuration must be a mapping of keys to values")
     config = copy.deepcopy(dict(raw))
-    schema = yaml.safe_load(schema_path().read_text())
+    schema = load_schema()
     errors = _DefaultFillingValidator(schema).errors(config)
     if errors:
         lines = [f"{_key_path(e.absolute_path)}: {_describe_schema_error(e)}" for e in errors[:10]]
@@ -109,6 +111,7 @@ def validate_config(raw: Mapping[str, Any]) -> dict:
     _check_presets(config)
     _check_constraints(config)
     points = expand_points(config)
+    _check_trees(config, points)
     _check_analysis(config)
     _check_resources(config)
     _check_coding(config)
@@ -158,11 +161,6 @@ def merge_config(base: dict, update: Mapping[str, Any]) -> dict:
     return base
 
 
-def _placeholders(template: str) -> list[str]:
-    """Names used as `{name}` in a template string."""
-    return [field for _, field, _, _ in string.Formatter().parse(template) if field is not None]
-
-
 def _check_presets(config: dict) -> None:
     """Every template placeholder must be known and apply to the preset's kind."""
     for name, preset in config["engine"]["presets"].items():
@@ -182,7 +180,7 @@ def _check_presets(config: dict) -> None:
             if not isinstance(template, str):
                 continue
             try:
-                fields = _placeholders(template)
+                fields = placeholders(template)
             except ValueError as exc:
                 raise ConfigError(f"engine.presets.{name}.{where}: malformed template {template!r}: {exc}") from exc
             for field in fields:
@@ -190,42 +188,32 @@ def _check_presets(config: dict) -> None:
                     raise ConfigError(
                         f"engine.presets.{name}.{where}: unknown placeholder {{{field}}} in {template!r}; "
                         f"a {kind} preset may use {', '.join('{' + a + '}' for a in sorted(allowed))}")
+        try:
+            check_tree_rule(preset, f"engine.presets.{name}")
+        except ExpressionError as exc:
+            raise ConfigError(str(exc)) from exc
         port_used = any("{port}" in a for a in preset["args"])
         if not port_used:
             raise ConfigError(f"engine.presets.{name}.args: the command must pass the port with {{port}}, "
                               "so that every job listens on a port of its own")
     for i, part in enumerate(config["engine"]["launcher"]):
-        for field in _placeholders(part):
+        for field in placeholders(part):
             if field != "python":
                 raise ConfigError(f"engine.launcher[{i}]: unknown placeholder {{{field}}}; only {{python}} "
                                   "(the interpreter running ddsweep) is allowed here")
 
 
-_ALLOWED_NODES = (ast.Expression, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.BinOp, ast.Name, ast.Load,
-                  ast.Constant, ast.And, ast.Or, ast.Not, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE,
-                  ast.Is, ast.IsNot, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.USub,
-                  ast.In, ast.NotIn, ast.Tuple, ast.List)
-
-
 def _compile_constraint(expression: str, where: str) -> Any:
     """Parse a constraint into a code object, allowing only comparisons and arithmetic over the knobs."""
     try:
-        tree = ast.parse(expression, mode="eval")
-    except SyntaxError as exc:
-        raise ConfigError(f"{where}: not a valid expression: {expression!r} ({exc.msg})") from exc
-    for node in ast.walk(tree):
-        if not isinstance(node, _ALLOWED_NODES):
-            raise ConfigError(f"{where}: {type(node).__name__} is not allowed in {expression!r}; use comparisons "
-                              "and arithmetic over budget, topk, block_size, window")
-        if isinstance(node, ast.Name) and node.id not in KNOBS:
-            raise ConfigError(f"{where}: unknown name {node.id!r} in {expression!r}; "
-                              f"known: {', '.join(KNOBS)}, None")
-    return compile(tree, where, "eval")
+        return compile_expression(expression, where)
+    except ExpressionError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _check_constraints(config: dict) -> None:
     """Constraints must parse (checked before expansion, so the error names the constraint)."""
-    for i, expression in enumerate(config["sweep"].get("constraints", [])):
+    for i, expression in enumerate(config["sweep"]["constraints"]):
         _compile_constraint(expression, f"sweep.constraints[{i}]")
 
 
@@ -243,10 +231,11 @@ def _make_point(config: dict, spec: Mapping[str, Any], where: str) -> Point:
         if knob not in used and values[knob] is not None:
             raise ConfigError(f"{where}.{knob}: a point of kind {kind} has no {knob} (preset {preset_name!r})")
     for knob in used:
-        if knob != "window" and values[knob] is None:
+        if not BY_NAME[knob].optional and values[knob] is None:
             raise ConfigError(f"{where}.{knob}: a point of kind {kind} needs {knob}")
-        if values[knob] is not None and (not isinstance(values[knob], int) or values[knob] < 1):
-            raise ConfigError(f"{where}.{knob}: must be a positive integer, got {values[knob]!r}")
+        value = values[knob]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, BY_NAME[knob].type) or value < 1):
+            raise ConfigError(f"{where}.{knob}: must be a positive integer, got {value!r}")
     if values["window"] is not None and values["block_size"] is not None and values["window"] < values["block_size"]:
         raise ConfigError(f"{where}.window: window {values['window']} is smaller than block_size "
                           f"{values['block_size']}; the drafter's sliding window must hold a whole block "
@@ -257,27 +246,25 @@ def _make_point(config: dict, spec: Mapping[str, Any], where: str) -> Point:
 def expand_points(config: dict) -> list[Point]:
     """Expand baselines, the grid (filtered by constraints) and explicit points, in that order."""
     points: list[tuple[Point, str]] = []
-    baselines = config.get("baselines", {})
-    if baselines.get("ar", True):
-        points.append((_make_point(config, {"preset": baselines.get("ar_preset", "ar")}, "baselines.ar"),
-                       "baselines.ar"))
+    baselines = config["baselines"]
+    if baselines["ar"]:
+        points.append((_make_point(config, {"preset": baselines["ar_preset"]}, "baselines.ar"), "baselines.ar"))
     dflash = baselines.get("dflash")
     if dflash:
-        for bs, window in itertools.product(dflash.get("block_size", [8]), dflash.get("window", [None])):
+        for bs, window in itertools.product(dflash["block_size"], dflash["window"]):
             where = "baselines.dflash"
-            spec = {"preset": dflash.get("preset", "dflash"), "block_size": bs, "window": window}
+            spec = {"preset": dflash["preset"], "block_size": bs, "window": window}
             points.append((_make_point(config, spec, where), where))
     sweep = config["sweep"]
     grid = sweep.get("grid")
     if grid:
-        constraints = [_compile_constraint(c, f"sweep.constraints[{i}]")
-                       for i, c in enumerate(sweep.get("constraints", []))]
-        for values in itertools.product(grid["budget"], grid["topk"], grid["block_size"], grid.get("window", [None])):
+        constraints = [_compile_constraint(c, f"sweep.constraints[{i}]") for i, c in enumerate(sweep["constraints"])]
+        for values in itertools.product(grid["budget"], grid["topk"], grid["block_size"], grid["window"]):
             knobs = dict(zip(KNOBS, values, strict=True))
-            if all(eval(code, {"__builtins__": {}}, dict(knobs)) for code in constraints):  # noqa: S307
-                spec = {"preset": sweep.get("preset", "ddtree"), **knobs}
+            if all(evaluate(code, knobs) for code in constraints):
+                spec = {"preset": sweep["preset"], **knobs}
                 points.append((_make_point(config, spec, "sweep.grid"), "sweep.grid"))
-    for i, spec in enumerate(sweep.get("points", [])):
+    for i, spec in enumerate(sweep["points"]):
         points.append((_make_point(config, spec, f"sweep.points[{i}]"), f"sweep.points[{i}]"))
     seen: dict[str, str] = {}
     for point, where in points:
@@ -288,9 +275,18 @@ def expand_points(config: dict) -> list[Point]:
     return [point for point, _ in points]
 
 
+def _check_trees(config: dict, points: list[Point]) -> None:
+    """Every point's preset tree rule must give a valid tree for its knobs (the error names the point)."""
+    for point in points:
+        try:
+            effective_tree(config["engine"]["presets"][point.preset], point.knobs, f"point {point.point_id}")
+        except ExpressionError as exc:
+            raise ConfigError(f"engine.presets.{point.preset}.tree: {exc}") from exc
+
+
 def _check_analysis(config: dict) -> None:
     """Regimes must name cells of the benchmark matrix; priorities must name regimes."""
-    analysis = config.get("analysis", {})
+    analysis = config["analysis"]
     bench = config["benchmark"]
     names = []
     for i, regime in enumerate(analysis.get("regimes", [])):
@@ -303,19 +299,23 @@ def _check_analysis(config: dict) -> None:
         names.append(regime["name"])
     if len(set(names)) != len(names):
         raise ConfigError("analysis.regimes: regime names must be unique")
+    for priority, weights in analysis.get("priorities", {}).items():
+        cell = weights.get("slo_cell")
+        if cell and (cell["context"] not in bench["contexts"] or cell["concurrency"] not in bench["concurrency"]):
+            raise ConfigError(f"analysis.priorities.{priority}.slo_cell: context {cell['context']}, concurrency "
+                              f"{cell['concurrency']} is not a cell of the benchmark matrix")
     if names:
         for priority, weights in analysis.get("priorities", {}).items():
             for regime in weights:
-                if regime not in names:
+                if regime not in names and regime not in ("slo", "slo_cell"):
                     raise ConfigError(f"analysis.priorities.{priority}.{regime}: no regime named {regime!r}; "
                                       f"regimes: {', '.join(names)}")
 
 
 def _check_resources(config: dict) -> None:
     """The server's startup timeout must fit inside the job's runtime, with room for the measurements."""
-    resources_cfg = config.get("resources", {})
-    runtime_s = resources_cfg.get("runtime_min", 240) * 60
-    startup_s = config["engine"].get("startup_timeout_s", 1200)
+    runtime_s = config["resources"]["runtime_min"] * 60
+    startup_s = config["engine"]["startup_timeout_s"]
     if startup_s >= runtime_s:
         raise ConfigError(f"engine.startup_timeout_s: {startup_s:g} s does not fit inside resources.runtime_min "
                           f"({runtime_s / 60:g} min); the job would be killed before the server is up")
@@ -323,11 +323,11 @@ def _check_resources(config: dict) -> None:
 
 def _check_coding(config: dict) -> None:
     """The coding-eval subset must exist."""
-    coding = config.get("coding_eval", {})
-    if coding.get("limit") and coding["limit"] > CODING_PROBLEMS:
+    coding = config["coding_eval"]
+    if coding["limit"] and coding["limit"] > CODING_PROBLEMS:
         raise ConfigError(f"coding_eval.limit: {coding['limit']} exceeds the {CODING_PROBLEMS} HumanEval problems")
-    retry = coding.get("retry_truncated_max_tokens")
-    if retry is not None and retry <= coding.get("max_tokens", 0):
+    retry = coding["retry_truncated_max_tokens"]
+    if retry is not None and retry <= coding["max_tokens"]:
         raise ConfigError(f"coding_eval.retry_truncated_max_tokens: {retry} must be larger than "
                           f"coding_eval.max_tokens ({coding['max_tokens']})")
 
@@ -361,46 +361,10 @@ def point_record(config: dict, point: Point) -> dict:
         "target": config["target"],
         "drafter": config["drafter"],
         "engine": {k: v for k, v in config["engine"].items() if k != "presets"},
-        "preset": preset,
+        "preset": server_preset(preset),
         "benchmark": config["benchmark"],
-        "coding_eval": config.get("coding_eval", {"enabled": False}),
+        "coding_eval": config["coding_eval"],
     }
-
-
-def estimate_minutes(config: dict, n_points: int) -> dict[str, float]:
-    """GPU-time estimate for the whole sweep from the configured startup and per-cell times."""
-    est = config.get("resources", {}).get("estimate", {})
-    bench = config["benchmark"]
-    cells = len(bench["contexts"]) * len(bench["concurrency"]) * bench.get("repeats", 3)
-    coding = est.get("coding_min", 15) if config.get("coding_eval", {}).get("enabled", True) else 0.0
-    per_point = est.get("startup_min", 10) + cells * est.get("cell_min", 1.5) + coding
-    gpus = config.get("resources", {}).get("gpus", 8)
-    return {"per_point_min": per_point, "total_min": per_point * n_points,
-            "gpu_hours": per_point * n_points * gpus / 60, "cells_per_point": cells}
-
-
-def format_plan(config: dict) -> str:
-    """The expanded sweep as a table with a count and a GPU-time estimate."""
-    points = expand_points(config)
-    header = f"{'point':<24} {'preset':<10} {'kind':<7} {'budget':>6} {'topk':>5} {'block':>6} {'window':>7}"
-    lines = [header, "-" * len(header)]
-    for p in points:
-        def show(value: int | None) -> str:
-            return "-" if value is None else str(value)
-        window = "off" if p.kind != "ar" and p.window is None else show(p.window)
-        lines.append(f"{p.point_id:<24} {p.preset:<10} {p.kind:<7} {show(p.budget):>6} {show(p.topk):>5} "
-                     f"{show(p.block_size):>6} {window:>7}")
-    est = estimate_minutes(config, len(points))
-    gpus = config.get("resources", {}).get("gpus", 8)
-    lines += ["", f"{len(points)} points; {est['cells_per_point']} benchmark cells per point",
-              f"estimated {est['per_point_min']:.0f} min per point, {est['total_min'] / 60:.1f} h of jobs in all "
-              f"= {est['gpu_hours']:.0f} GPU-hours at {gpus} GPUs per point"]
-    from ddsweep.config.stages import format_stage_plan  # stages imports this module
-
-    lines += format_stage_plan(config)
-    if config.get("simulated"):
-        lines.append("SIMULATED: the launcher is the stand-in server; no GPU is used")
-    return "\n".join(lines)
 
 
 def config_from_args(args: argparse.Namespace) -> dict:
@@ -413,15 +377,18 @@ def config_from_args(args: argparse.Namespace) -> dict:
     return load_config(*args.config)
 
 
-def _run_plan(args: argparse.Namespace) -> int:
-    """`ddsweep plan`: print the expanded sweep."""
-    try:
-        config = config_from_args(args)
-    except ConfigError as exc:
-        print(f"ddsweep plan: {exc}", file=sys.stderr)
-        return 2
-    print(format_plan(config))
-    return 0
+def unverified_swept_knobs(config: dict) -> list[str]:
+    """Warnings for knobs that take several values among a preset's points while no verify entry checks them."""
+    warnings = []
+    points = expand_points(config)
+    for name, preset in config["engine"]["presets"].items():
+        members = [p for p in points if p.preset == name]
+        for knob in unverified_knobs(preset):
+            values = sorted({getattr(p, knob) for p in members}, key=lambda v: (v is None, v or 0))
+            if len(values) > 1:
+                warnings.append(f"engine.presets.{name}: knob {knob} is swept ({', '.join(map(str, values))}) but "
+                                "no verify entry checks it; add a verify.log_patterns entry if the engine logs it")
+    return warnings
 
 
 def _run_validate(args: argparse.Namespace) -> int:
@@ -433,18 +400,23 @@ def _run_validate(args: argparse.Namespace) -> int:
         return 2
     if args.write:
         write_text_atomic(args.write, yaml.safe_dump(config, sort_keys=False))
+    for warning in unverified_swept_knobs(config):
+        print(f"ddsweep validate: warning: {warning}", file=sys.stderr)
     print(f"configuration OK: study {config['study']!r}, {len(expand_points(config))} points")
     return 0
 
 
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options naming a configuration: files, or one JSON document (what the workflow passes)."""
+    parser.add_argument("--config", "-c", nargs="+", default=["config/config.yaml"],
+                        help="configuration file(s); later files update earlier ones")
+    parser.add_argument("--config-json", help="the configuration as one JSON document (used by the workflow)")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the `plan` and `validate` subcommands."""
-    for name, func, text in (("plan", _run_plan, "print the expanded sweep and a GPU-time estimate"),
-                             ("validate", _run_validate, "validate a study configuration")):
-        parser = subparsers.add_parser(name, help=text, description=text)
-        parser.add_argument("--config", "-c", nargs="+", default=["config/config.yaml"],
-                            help="configuration file(s); later files update earlier ones")
-        parser.add_argument("--config-json", help="the configuration as one JSON document (used by the workflow)")
-        if name == "validate":
-            parser.add_argument("--write", metavar="FILE", help="write the validated configuration (defaults filled)")
-        parser.set_defaults(func=func)
+    """Add the `validate` subcommand."""
+    text = "validate a study configuration"
+    parser = subparsers.add_parser("validate", help=text, description=text)
+    add_config_arguments(parser)
+    parser.add_argument("--write", metavar="FILE", help="write the validated configuration (defaults filled)")
+    parser.set_defaults(func=_run_validate)

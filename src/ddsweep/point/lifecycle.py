@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from ddsweep.config.knobs import KNOBS
+
 # Every process started for a server carries this variable; stop() finds escaped descendants by it.
 OWNER_ENV = "DDSWEEP_SERVER_OWNER"
 PORT_IN_USE = re.compile(r"address already in use|errno 98|port .* (is )?(already )?in use", re.IGNORECASE)
@@ -73,15 +75,15 @@ def render_server(record: Mapping[str, Any], port: int) -> ServerSpec:
     point = record["point"]
     preset = record["preset"]
     engine = record["engine"]
-    host = engine.get("host", "127.0.0.1")
+    host = engine["host"]
     values: dict[str, Any] = {
         "model_path": record["target"]["model_path"],
-        "served_model_name": record["target"].get("served_model_name", "default"),
+        "served_model_name": record["target"]["served_model_name"],
         "drafter_path": record["drafter"]["model_path"],
         "host": host,
         "port": port,
         "python": sys.executable,
-        **{k: point.get(k) for k in ("budget", "topk", "block_size", "window")},
+        **{k: point.get(k) for k in KNOBS},
     }
     command = [str(_fill(part, values)) for part in engine["launcher"]]
     command += [str(_fill(part, values)) for part in preset["args"]]

@@ -277,7 +277,7 @@ def check_paths(config: dict, points: list[Point]) -> list[Finding]:
 
 def check_host(config: dict) -> list[Finding]:
     """Say so when servers will listen on an address other machines can reach."""
-    host = config["engine"].get("host", "127.0.0.1")
+    host = config["engine"]["host"]
     if host in LOOPBACK_HOSTS or host.startswith("127."):
         return []
     return [Finding("notice", f"engine.host is {host}: every point's server is reachable from other machines "

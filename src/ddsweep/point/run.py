@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ddsweep.config.knobs import KNOBS
 from ddsweep.config.study import DEMO_HINT, ConfigError, find_point, load_config, point_record
 from ddsweep.point.environment import collect_environment
 from ddsweep.point.lifecycle import (
@@ -117,21 +118,21 @@ def _install_signal_handlers() -> dict:
 def _start_server(record: dict, out_dir: Path, run: PointRun, progress: Callable[[str], None]) -> ManagedServer:
     """Start the server on a free port (a new one if the port was taken meanwhile) and wait until healthy."""
     engine = record["engine"]
-    host = engine.get("host", "127.0.0.1")
+    host = engine["host"]
     for attempt in range(1, PORT_ATTEMPTS + 1):
         spec = render_server(record, find_free_port(host))
         if attempt == 1:
             check_local_engine(record, spec.command)
         write_json_atomic(out_dir / "point.json", {
             "point_id": record["point_id"], "preset": record["point"]["preset"], "kind": record["point"]["kind"],
-            "knobs": {k: record["point"][k] for k in ("budget", "topk", "block_size", "window")},
+            "knobs": {k: record["point"][k] for k in KNOBS},
             "command": spec.command, "env": spec.env, "host": spec.host, "port": spec.port,
             "study": record["study"], "simulated": run.simulated})
-        server = ManagedServer(spec, out_dir / "server.log", engine.get("shutdown_timeout_s", 60))
+        server = ManagedServer(spec, out_dir / "server.log", engine["shutdown_timeout_s"])
         progress(f"starting server on {spec.url}: {' '.join(spec.command)}")
         try:
             server.start()
-            run.startup_s = server.wait_until_healthy(engine.get("startup_timeout_s", 1200), progress)
+            run.startup_s = server.wait_until_healthy(engine["startup_timeout_s"], progress)
         except ServerError as exc:
             server.stop()
             if exc.kind != "port_in_use":
@@ -202,6 +203,8 @@ def _coding_eval(record: dict, server: ManagedServer, out_dir: Path, run: PointR
     coding = dict(record["coding_eval"])
     coding["model"] = record["target"].get("served_model_name")
     settings = CodingSettings(**{k: v for k, v in coding.items() if k in CodingSettings.__dataclass_fields__})
+    # `ar` asks every problem twice: the ar-vs-ar exact-match floor of the losslessness check.
+    settings.repeat_answers = bool(coding["ar_repeat"]) and record["preset"]["kind"] == "ar"
     try:
         run_coding_eval(server.spec.url, out_dir / "coding", settings, simulated=run.simulated, progress=progress)
     except CodingEvalError as exc:
@@ -228,7 +231,7 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
             run.steps["bench"] = "started"
             _benchmark(record, server, out_dir, run, progress)
             run.steps["bench"] = "ok"
-            if record["coding_eval"].get("enabled", True):
+            if record["coding_eval"]["enabled"]:
                 run.steps["coding"] = "started"
                 _coding_eval(record, server, out_dir, run, progress)
                 run.steps["coding"] = "ok"

@@ -12,12 +12,12 @@ import os
 import random
 from typing import Any
 
+from ddsweep.config.knobs import KNOBS
 from ddsweep.sim.model import Knobs, ModelParams, stable_hash
 from ddsweep.sim.server import FAULT_KINDS, Fault, SimSettings, log, run
 
 DEFAULT_BUDGET = 16
 DEFAULT_TOPK = 8
-KNOB_NAMES = ("budget", "topk", "block_size", "window")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -81,8 +81,8 @@ def parse_faults(specs: list[str]) -> list[Fault]:
         kind, _, arg = spec.partition(":")
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown --sim-fault kind {kind!r}; choose from {', '.join(FAULT_KINDS)}")
-        if kind == "ignore-knob" and arg not in KNOB_NAMES:
-            raise ValueError(f"--sim-fault ignore-knob needs one of {', '.join(KNOB_NAMES)}, got {arg!r}")
+        if kind == "ignore-knob" and arg not in KNOBS:
+            raise ValueError(f"--sim-fault ignore-knob needs one of {', '.join(KNOBS)}, got {arg!r}")
         faults.append(Fault(kind, arg or None))
     return faults
 

@@ -1,0 +1,181 @@
+"""`ddsweep plan`: the expanded sweep with each point's effective tree, its alias groups and a GPU-time estimate.
+
+Points whose server configuration is identical (same preset, same effective tree, same values of every knob
+the tree does not absorb) form an alias group. By default only the group's representative runs (the member
+with the smallest absorbed knobs, e.g. the smallest topk; ties broken by the order of expansion); the others
+are recorded as its aliases. `sweep.run_aliases: true` runs every point. The plan document written with
+`--write` (results/plan.json in the workflow) is described in docs/results-schema.md."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from ddsweep.config.knobs import (
+    UNKNOWN_TREE,
+    EffectiveTree,
+    absorbed_knobs,
+    effective_tree,
+    unverified_knobs,
+)
+from ddsweep.config.study import ConfigError, Point, add_config_arguments, config_from_args, expand_points
+from ddsweep.storage import write_json_atomic
+
+PLAN_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class PlannedPoint:
+    """One configured point with its effective tree, its alias group and whether its job runs."""
+
+    point: Point
+    tree: EffectiveTree
+    group: str  # the id of the group's representative
+    runs: bool
+
+    @property
+    def alias_of(self) -> str | None:
+        """The representative whose measurements stand for this point, or None for a representative."""
+        return None if self.group == self.point.point_id else self.group
+
+
+def server_key(config: dict, point: Point, tree: EffectiveTree) -> tuple:
+    """What makes a server configuration distinct: the preset, the tree and the knobs the tree does not absorb."""
+    preset = config["engine"]["presets"][point.preset]
+    if tree == UNKNOWN_TREE:
+        return (point.preset, tuple(point.knobs.items()))
+    absorbed = absorbed_knobs(preset)
+    kept = tuple((k, v) for k, v in point.knobs.items() if k not in absorbed)
+    return (point.preset, tree, kept)
+
+
+def plan_points(config: dict) -> list[PlannedPoint]:
+    """Every configured point, in expansion order, with its tree, group and whether it runs."""
+    points = expand_points(config)
+    presets = config["engine"]["presets"]
+    trees = [effective_tree(presets[p.preset], p.knobs, f"point {p.point_id}") for p in points]
+    groups: dict[tuple, list[int]] = {}
+    for index, (point, tree) in enumerate(zip(points, trees, strict=True)):
+        groups.setdefault(server_key(config, point, tree), []).append(index)
+    representative: dict[int, str] = {}
+    for members in groups.values():
+        absorbed = absorbed_knobs(presets[points[members[0]].preset])
+
+        def order(i: int, absorbed: tuple[str, ...] = absorbed) -> tuple:
+            return (tuple(-1 if points[i].knobs[k] is None else points[i].knobs[k] for k in absorbed), i)
+
+        chosen = points[min(members, key=order)].point_id
+        representative.update({i: chosen for i in members})
+    run_all = config["sweep"]["run_aliases"]
+    return [PlannedPoint(point=p, tree=t, group=representative[i], runs=run_all or representative[i] == p.point_id)
+            for i, (p, t) in enumerate(zip(points, trees, strict=True))]
+
+
+def running_points(config: dict) -> list[Point]:
+    """The points whose jobs run (representatives only, unless sweep.run_aliases)."""
+    return [planned.point for planned in plan_points(config) if planned.runs]
+
+
+def estimate_minutes(config: dict, n_points: int) -> dict[str, float]:
+    """GPU-time estimate for `n_points` jobs from the configured startup and per-cell times."""
+    est = config["resources"]["estimate"]
+    bench = config["benchmark"]
+    cells = len(bench["contexts"]) * len(bench["concurrency"]) * bench["repeats"]
+    coding = est["coding_min"] if config["coding_eval"]["enabled"] else 0.0
+    per_point = est["startup_min"] + cells * est["cell_min"] + coding
+    gpus = config["resources"]["gpus"]
+    return {"per_point_min": per_point, "total_min": per_point * n_points,
+            "gpu_hours": per_point * n_points * gpus / 60, "cells_per_point": cells}
+
+
+def plan_document(config: dict) -> dict[str, Any]:
+    """The plan as plain data (results/plan.json): every point, its tree and group, and the estimates."""
+    planned = plan_points(config)
+    running = [p for p in planned if p.runs]
+    groups: dict[str, list[str]] = {}
+    for p in planned:
+        groups.setdefault(p.group, []).append(p.point.point_id)
+    presets = config["engine"]["presets"]
+    return {
+        "format": PLAN_FORMAT, "study": config["study"], "simulated": bool(config["simulated"]),
+        "run_aliases": config["sweep"]["run_aliases"],
+        "points": [{"point_id": p.point.point_id, "preset": p.point.preset, "kind": p.point.kind,
+                    "knobs": p.point.knobs, "tree": p.tree.as_dict(), "alias_group": p.group,
+                    "alias_of": p.alias_of, "runs": p.runs} for p in planned],
+        "groups": [{"representative": rep, "members": members} for rep, members in groups.items()],
+        "distinct_server_configurations": len(groups),
+        "unverified_knobs": {name: unverified_knobs(presets[name]) for name in
+                             dict.fromkeys(p.point.preset for p in planned)},
+        "estimate": {"all_points": estimate_minutes(config, len(planned)),
+                     "running_points": estimate_minutes(config, len(running))},
+    }
+
+
+def format_plan(config: dict) -> str:
+    """The expanded sweep as a table (knobs, effective tree, group) with counts and a GPU-time estimate."""
+    planned = plan_points(config)
+    header = (f"{'point':<24} {'preset':<10} {'kind':<7} {'budget':>6} {'topk':>5} {'block':>6} {'window':>7}  "
+              f"{'effective tree':<18} {'runs':<5} alias of")
+    lines = [header, "-" * len(header)]
+    for planned_point in planned:
+        p = planned_point.point
+
+        def show(value: int | None) -> str:
+            return "-" if value is None else str(value)
+        window = "off" if p.kind != "ar" and p.window is None else show(p.window)
+        lines.append(f"{p.point_id:<24} {p.preset:<10} {p.kind:<7} {show(p.budget):>6} {show(p.topk):>5} "
+                     f"{show(p.block_size):>6} {window:>7}  {planned_point.tree.describe():<18} "
+                     f"{'yes' if planned_point.runs else 'no':<5} {planned_point.alias_of or ''}")
+    document = plan_document(config)
+    groups = [g for g in document["groups"] if len(g["members"]) > 1]
+    running = sum(p.runs for p in planned)
+    lines += ["", f"{len(planned)} points; {document['distinct_server_configurations']} distinct server "
+              f"configurations; {running} jobs will run"
+              + ("" if config["sweep"]["run_aliases"] else f" ({len(planned) - running} recorded as aliases)")]
+    for kind in dict.fromkeys(p.point.kind for p in planned):
+        members = [p for p in planned if p.point.kind == kind]
+        distinct = len({p.group for p in members})
+        lines.append(f"  {kind}: {len(members)} point(s), {distinct} distinct server configuration(s)")
+    if groups:
+        lines.append("alias groups (same preset, same effective tree, same other knobs):")
+        lines += [f"  {g['representative']}: {', '.join(g['members'])}" for g in groups]
+    for preset, knobs in document["unverified_knobs"].items():
+        if knobs:
+            lines.append(f"preset {preset}: no verify entry checks {', '.join(knobs)} (unverified knobs)")
+    gpus = config["resources"]["gpus"]
+    every, runs = document["estimate"]["all_points"], document["estimate"]["running_points"]
+    lines += [f"{every['cells_per_point']} benchmark cells per point; estimated {every['per_point_min']:.0f} min "
+              f"per point at {gpus} GPUs per point",
+              f"every point: {every['total_min'] / 60:.1f} h of jobs = {every['gpu_hours']:.0f} GPU-hours",
+              f"what will run: {runs['total_min'] / 60:.1f} h of jobs = {runs['gpu_hours']:.0f} GPU-hours"]
+    from ddsweep.config.stages import format_stage_plan  # stages imports this module
+
+    lines += format_stage_plan(config)
+    if config["simulated"]:
+        lines.append("SIMULATED: the launcher is the stand-in server; no GPU is used")
+    return "\n".join(lines)
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    """`ddsweep plan`: print the plan, and write it as JSON with --write."""
+    try:
+        config = config_from_args(args)
+    except ConfigError as exc:
+        print(f"ddsweep plan: {exc}", file=sys.stderr)
+        return 2
+    if args.write:
+        write_json_atomic(args.write, plan_document(config))
+    print(format_plan(config))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `plan` subcommand."""
+    text = "print the expanded sweep, effective trees, alias groups and a GPU-time estimate"
+    parser = subparsers.add_parser("plan", help=text, description=text)
+    add_config_arguments(parser)
+    parser.add_argument("--write", metavar="FILE", help="also write the plan as JSON (results/plan.json)")
+    parser.set_defaults(func=_run_plan)
+

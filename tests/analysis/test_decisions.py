@@ -1,0 +1,132 @@
+"""Decisions on synthetic studies with known truth, over many random seeds: winners, ties, diagnosis, SLOs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from studies import REGIMES_CONFIG, TruePoint, build
+
+from ddsweep.analysis.decisions import Settings, analyse
+from ddsweep.analysis.document import build_summary
+
+SEEDS = range(100)
+MARGIN = 0.02
+
+
+def settings(**analysis: object) -> Settings:
+    """The synthetic studies' settings with analysis overrides."""
+    config = copy.deepcopy(REGIMES_CONFIG)
+    config["analysis"].update(analysis)
+    return Settings.from_config(config)
+
+
+def grid(decode: list[float]) -> list[TruePoint]:
+    """DDTree points differing in budget, with the given true decode speeds."""
+    return [TruePoint(f"bs8-b{4 * (i + 1)}-t4-w2048", budget=4 * (i + 1), decode=d, throughput=600 + 10 * i)
+            for i, d in enumerate(decode)]
+
+
+def test_a_named_winner_is_truly_best_or_within_the_margin_in_95_percent_of_seeds() -> None:
+    decode = [100.0, 101.5, 99.0, 103.0, 95.0, 90.0, 102.0, 85.0]
+    best = max(decode)
+    s = settings()
+    named = wrong = 0
+    for seed in SEEDS:
+        outcome = analyse(build(grid(decode), seed), s).regime("latency")
+        if outcome.winner is not None:
+            named += 1
+            truth = decode[[p.point_id for p in grid(decode)].index(outcome.winner)]
+            wrong += truth * (1 + MARGIN) < best
+    assert wrong <= 0.05 * len(SEEDS), (named, wrong)
+
+
+def test_a_clear_winner_is_named_in_most_seeds() -> None:
+    decode = [100.0, 97.0, 120.0, 95.0, 90.0]
+    s = settings()
+    names = [analyse(build(grid(decode), seed), s).regime("latency").winner for seed in SEEDS]
+    assert names.count("bs8-b12-t4-w2048") >= 0.8 * len(SEEDS), names.count(None)
+    assert set(names) <= {"bs8-b12-t4-w2048", None}
+
+
+def test_two_identical_points_are_tied_in_95_percent_of_seeds() -> None:
+    decode = [110.0, 110.0, 100.0, 95.0]
+    s = settings()
+    twins = {"bs8-b4-t4-w2048", "bs8-b8-t4-w2048"}
+    tied = 0
+    for seed in SEEDS:
+        outcome = analyse(build(grid(decode), seed), s).regime("latency")
+        tied += outcome.winner is None and outcome.leader in twins and twins - {outcome.leader} <= set(outcome.tied)
+    assert tied >= 0.95 * len(SEEDS), tied
+
+
+def test_fewer_repeats_than_the_minimum_make_no_decision() -> None:
+    decode = [100.0, 130.0]
+    outcome = analyse(build(grid(decode), 0, repeats=2), settings()).regime("latency")
+    assert outcome.winner is None and outcome.leader == "bs8-b8-t4-w2048"
+    assert "no decision possible" in outcome.no_decision and "min_repeats_for_decision" in outcome.no_decision
+    assert analyse(build(grid(decode), 0, repeats=2), settings(min_repeats_for_decision=2)).regime(
+        "latency").winner == "bs8-b8-t4-w2048"
+
+
+def diagnosis_study(acceptance: dict[tuple[int, int], float]) -> list[TruePoint]:
+    """Points keyed by (budget, block size) with true acceptance."""
+    return [TruePoint(f"bs{bs}-b{b}-t4-w2048", budget=b, block_size=bs, acceptance=a)
+            for (b, bs), a in acceptance.items()]
+
+
+def verdicts(points: list[TruePoint], noise: float, seeds: range) -> list[str]:
+    """The diagnosis verdict per seed."""
+    s = settings()
+    return [analyse(build(points, seed, acceptance_noise=noise, shared=0.0), s).diagnosis.verdict for seed in seeds]
+
+
+def test_drafter_bound_study_is_diagnosed_drafter_bound() -> None:
+    # Acceptance plateaus along budget (+1% at the top step) and bs16 buys +2%: the drafter is the limit.
+    points = diagnosis_study({(4, 8): 4.2, (8, 8): 4.8, (16, 8): 4.85, (8, 16): 4.9})
+    found = verdicts(points, 0.01, range(100))
+    assert found.count("drafter-bound") >= 95, found
+
+
+def test_budget_bound_study_is_diagnosed_budget_bound() -> None:
+    points = diagnosis_study({(4, 8): 2.8, (8, 8): 3.6, (16, 8): 4.6, (8, 16): 4.5})
+    found = verdicts(points, 0.02, range(100))
+    assert found.count("budget-bound") >= 95, found
+
+
+def test_flat_noisy_study_is_inconclusive() -> None:
+    points = diagnosis_study({(4, 8): 4.0, (8, 8): 4.0, (16, 8): 4.0, (8, 16): 4.0})
+    found = verdicts(points, 0.08, range(100))
+    assert found.count("inconclusive") >= 95, found
+    text = analyse(build(points, 1, acceptance_noise=0.08, shared=0.0), settings()).diagnosis.text
+    assert "Inconclusive" in text and "95% CI" in text
+
+
+def test_slo_pick_is_the_best_point_meeting_every_limit_and_failures_are_named() -> None:
+    points = [TruePoint("fast-but-slow-start", decode=150.0, ttft_p99=3.0),
+              TruePoint("bs8-b8-t4-w2048", decode=120.0, ttft_p99=1.0),
+              TruePoint("bs8-b4-t4-w2048", decode=100.0, ttft_p99=0.8)]
+    s = settings(priorities={"interactive": {"latency": 1.0, "slo": {"ttft_p99_s": 2.0},
+                                             "slo_cell": {"context": 128, "concurrency": 32}}})
+    pick = analyse(build(points, 3), s).priority("interactive")
+    assert pick.point_id == "bs8-b8-t4-w2048"
+    statuses = {pid: checks[0].status for pid, checks in pick.slo.items()}
+    assert statuses == {"fast-but-slow-start": "fails", "bs8-b8-t4-w2048": "meets", "bs8-b4-t4-w2048": "meets"}
+    goodput = pick.goodput["bs8-b8-t4-w2048"]["goodput_requests_per_s"]
+    assert goodput.value == pytest.approx(pick.goodput["bs8-b8-t4-w2048"]["requests_per_s"].value)
+    # The failing point's slowest requests miss the limit: its goodput is below its throughput.
+    slow = pick.goodput["fast-but-slow-start"]
+    assert slow["goodput_requests_per_s"].value < slow["requests_per_s"].value
+
+
+@pytest.mark.parametrize(("shift", "drifts"), [(1.08, True), (1.0, False)])
+def test_drift_between_replicates_of_ar_is_a_caveat_with_numbers(shift: float, drifts: bool) -> None:
+    ar = {"kind": "ar", "budget": None, "topk": None, "block_size": None, "window": None, "acceptance": None}
+    points = [TruePoint("ar", decode=60.0, **ar), TruePoint("ar-end", decode=60.0 * shift, **ar),
+              TruePoint("bs8-b8-t4-w2048", decode=150.0)]
+    doc = build_summary(analyse(build(points, 5, noise=0.005), settings()))
+    caveat = next(c for c in doc["caveats"] if c["kind"] == "reference_drift")
+    assert "`ar`/`ar-end`" in caveat["text"]
+    latency = next(i for i in caveat["items"] if "latency" in i)
+    assert latency.startswith("**drift**") is drifts
+    assert f"{shift:.2f}" in latency

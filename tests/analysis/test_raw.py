@@ -1,0 +1,75 @@
+"""Per-repeat figures recomputed from raw request records agree with the load generator's own definitions."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from resultsets import drafter_bound_set, write_results
+
+from ddsweep.analysis.raw import figures_from_requests
+from ddsweep.analysis.results import load_results
+from ddsweep.bench.loadgen import RequestRecord, cell_figures
+
+
+def records(seed: int, repeat: int) -> list[RequestRecord]:
+    """One cell's requests with random timings, a warmup request and a failed request."""
+    rng = random.Random(seed)
+    out = [RequestRecord(128, 4, repeat, -1, True, 128, 64, "length", 0.0, 1.0, 0.1, 1.0, 0.9, [0.01] * 63, 20,
+                         3.2)]
+    t = 100.0 * repeat
+    for i in range(8):
+        tokens = rng.randint(40, 256)
+        ttft, decode = rng.uniform(0.02, 0.3), rng.uniform(0.5, 3.0)
+        verify = max(1, tokens // rng.randint(2, 6))
+        start = t + rng.uniform(0, 0.5)
+        out.append(RequestRecord(128, 4, repeat, i, False, 128, tokens, "stop", start, start + ttft + decode, ttft,
+                                 ttft + decode, decode, [decode / (tokens - 1)] * (tokens - 1), verify,
+                                 tokens / verify))
+    out.append(RequestRecord(128, 4, repeat, 8, False, start_ts=t, end_ts=t + 0.2, e2e_s=0.2, error="HTTP 500"))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_repeat_figures_match_the_load_generator(seed: int) -> None:
+    recs = [r for rep in range(3) for r in records(seed, rep)]
+    cells, requests = figures_from_requests([json.loads(json.dumps(asdict(r))) for r in recs])
+    assert len(cells) == 3 and len(requests) == 3 * 9
+    for cell in cells:
+        expected = cell_figures([r for r in recs if r.repeat == cell["repeat"]])
+        pairs = {"output_throughput_tok_s": expected["output_throughput_tok_s"],
+                 "decode_tok_s_median": expected["decode_tok_s"]["median"],
+                 "ttft_p50_s": expected["ttft_s"]["p50"], "ttft_p99_s": expected["ttft_s"]["p99"],
+                 "tpot_p50_s": expected["tpot_s"]["p50"], "itl_p50_s": expected["itl_s"]["p50"],
+                 "e2e_p50_s": expected["e2e_s"]["p50"], "acceptance_length": expected["acceptance_length"]}
+        for name, value in pairs.items():
+            assert math.isclose(cell[name], value, rel_tol=1e-12), name
+        assert (cell["completed"], cell["failed"]) == (expected["completed"], expected["failed"])
+
+
+def test_request_records_win_over_cells_json_and_stored_bounds_are_never_read(tmp_path: Path) -> None:
+    spec = drafter_bound_set()
+    results_dir = write_results(spec, tmp_path)
+    point = results_dir / "points" / "bs8-b8-t4-w2048" / "bench"
+    recs = [r for rep in range(3) for r in records(7, rep)]
+    (point / "requests.jsonl").write_text("".join(json.dumps(asdict(r)) + "\n" for r in recs))
+    cells = json.loads((point / "cells.json").read_text())
+    for group in cells["groups"]:  # stored bounds that would be absurd if anything read them
+        for metric in ("output_throughput_tok_s", "decode_tok_s", "acceptance_length"):
+            group[metric].update(ci_low=-1e9, ci_high=1e9)
+    (point / "cells.json").write_text(json.dumps(cells))
+    results = load_results(results_dir)
+    mine = results.cells[results.cells["point_id"] == "bs8-b8-t4-w2048"]
+    assert set(mine["source"]) == {"requests.jsonl"} and len(mine) == 3
+    others = results.cells[results.cells["point_id"] != "bs8-b8-t4-w2048"]
+    assert set(others["source"]) == {"cells.json"}
+    groups = results.groups
+    assert groups["ci_low"].min() > -1e9 and groups["ci_high"].max() < 1e9
+    expected = sum(cell_figures([r for r in recs if r.repeat == rep])["output_throughput_tok_s"]
+                   for rep in range(3)) / 3
+    row = groups[(groups["point_id"] == "bs8-b8-t4-w2048") & (groups["metric"] == "output_throughput_tok_s")]
+    assert math.isclose(float(row["mean"].iloc[0]), expected)

@@ -1,0 +1,148 @@
+"""Alias groups: points with the same server configuration run once; the plan shows trees, groups and estimates."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import copy_workflow, demo_config
+
+from ddsweep.config.plan import estimate_minutes, format_plan, plan_document, plan_points, running_points
+from ddsweep.config.study import expand_points, validate_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def study() -> dict:
+    """The shipped study configuration, validated."""
+    return validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
+
+
+def small_grid(study: dict, run_aliases: bool = False) -> dict:
+    """A grid with known groups at block size 8 (L = 7), window 2048:
+    budget 7 is the chain fast path (topk 1, 2, 4 one group); budget 8 gives width min(2, topk)
+    (topk 1 alone; topk 2 and 4 one group); budget 16 gives width min(3, topk) (1, 2 and 4 all distinct)."""
+    config = copy.deepcopy(study)
+    config["sweep"]["grid"] = {"budget": [7, 8, 16], "topk": [1, 2, 4], "block_size": [8], "window": [2048]}
+    config["sweep"]["constraints"] = []
+    config["sweep"]["run_aliases"] = run_aliases
+    config["baselines"]["dflash"] = None
+    return validate_config(config)
+
+
+EXPECTED_GROUPS = {
+    "bs8-b7-t1-w2048": ["bs8-b7-t1-w2048", "bs8-b7-t2-w2048", "bs8-b7-t4-w2048"],
+    "bs8-b8-t2-w2048": ["bs8-b8-t2-w2048", "bs8-b8-t4-w2048"],
+}
+
+
+def test_a_grid_with_known_alias_groups_runs_one_point_per_group(study):
+    config = small_grid(study)
+    planned = {p.point.point_id: p for p in plan_points(config)}
+    assert len(planned) == 10  # ar + 9 ddtree
+    groups: dict[str, list[str]] = {}
+    for p in planned.values():
+        groups.setdefault(p.group, []).append(p.point.point_id)
+    assert {rep: sorted(members) for rep, members in groups.items() if len(members) > 1} == EXPECTED_GROUPS
+    running = [p.point_id for p in running_points(config)]
+    assert sorted(running) == sorted(["ar", "bs8-b7-t1-w2048", "bs8-b8-t1-w2048", "bs8-b8-t2-w2048",
+                                      "bs8-b16-t1-w2048", "bs8-b16-t2-w2048", "bs8-b16-t4-w2048"])
+    assert planned["bs8-b7-t4-w2048"].alias_of == "bs8-b7-t1-w2048" and not planned["bs8-b7-t4-w2048"].runs
+    assert planned["bs8-b8-t4-w2048"].alias_of == "bs8-b8-t2-w2048"
+    assert planned["bs8-b16-t4-w2048"].alias_of is None and planned["bs8-b16-t4-w2048"].tree.width == 3
+
+
+def test_run_aliases_runs_every_point_but_keeps_the_groups(study):
+    config = small_grid(study, run_aliases=True)
+    assert len(running_points(config)) == len(expand_points(config)) == 10
+    document = plan_document(config)
+    assert document["distinct_server_configurations"] == 7
+    aliases = {e["point_id"]: e["alias_of"] for e in document["points"] if e["alias_of"]}
+    assert aliases == {"bs8-b7-t2-w2048": "bs8-b7-t1-w2048", "bs8-b7-t4-w2048": "bs8-b7-t1-w2048",
+                       "bs8-b8-t4-w2048": "bs8-b8-t2-w2048"}
+    assert all(e["runs"] for e in document["points"])
+
+
+def test_window_and_block_size_keep_points_apart(study):
+    config = copy.deepcopy(study)
+    config["sweep"]["grid"] = {"budget": [8], "topk": [2, 4], "block_size": [8, 16], "window": [2048, None]}
+    planned = plan_points(validate_config(config))
+    ddtree = [p for p in planned if p.point.kind == "ddtree"]
+    assert len(ddtree) == 8 and len({p.group for p in ddtree}) == 4
+    assert all(p.point.topk == 2 for p in ddtree if p.runs)
+
+
+def test_the_default_study_plans_its_distinct_configurations_and_the_smaller_estimate(study):
+    document = plan_document(study)
+    ddtree = [e for e in document["points"] if e["kind"] == "ddtree"]
+    assert len(ddtree) == 60
+    assert len({e["alias_group"] for e in ddtree}) == 34
+    assert document["distinct_server_configurations"] == 36  # plus the ar and dflash baselines
+    running = sum(e["runs"] for e in document["points"])
+    assert running == 36
+    every, runs = document["estimate"]["all_points"], document["estimate"]["running_points"]
+    assert every == estimate_minutes(study, 62) and runs == estimate_minutes(study, 36)
+    assert runs["gpu_hours"] < every["gpu_hours"]
+    text = format_plan(study)
+    assert "62 points; 36 distinct server configurations; 36 jobs will run (26 recorded as aliases)" in text
+    assert "ddtree: 60 point(s), 34 distinct server configuration(s)" in text
+    assert f"what will run: {runs['total_min'] / 60:.1f} h of jobs = {runs['gpu_hours']:.0f} GPU-hours" in text
+    assert "preset ddtree: no verify entry checks topk" in text
+
+
+def test_plan_prints_each_points_effective_tree(study):
+    lines = {line.split()[0]: line for line in format_plan(study).splitlines() if line.startswith(("bs", "dfl"))}
+    assert "tree w3 d7 n16" in lines["bs8-b16-t8-w2048"] and lines["bs8-b16-t8-w2048"].endswith("bs8-b16-t4-w2048")
+    assert "tree w2 d15 n4" in lines["bs16-b4-t2-woff"]
+    assert "chain 7" in lines["dflash-bs8-w2048"]
+
+
+def test_plan_command_writes_the_plan_document(tmp_path):
+    out = tmp_path / "plan.json"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run([sys.executable, "-m", "ddsweep", "plan", "-c", "config/config.yaml",
+                             ".test/config.yaml", "--write", str(out)], cwd=ROOT, env=env, capture_output=True,
+                            text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(out.read_text())
+    entry = next(e for e in document["points"] if e["point_id"] == "bs8-b8-t8-w2048")
+    assert entry["alias_of"] == "bs8-b8-t4-w2048" and entry["runs"] is False
+    assert entry["tree"] == {"rule": "ddtree-pr29907", "shape": "tree", "width": 2, "depth_limit": 7, "nodes": 8,
+                             "verify_width": 9}
+    assert "9 points; 8 distinct server configurations; 8 jobs will run" in result.stdout
+
+
+def _dry_run(workdir: Path, *configfiles: str) -> str:
+    """`snakemake -n` in a working copy; returns its output."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile",
+                             *configfiles], cwd=workdir, env=env, capture_output=True, text=True, timeout=300,
+                            check=False)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return result.stdout + result.stderr
+
+
+def test_the_workflow_schedules_only_representatives(tmp_path):
+    workdir = copy_workflow(tmp_path)
+    config = demo_config()
+    config["sweep"]["grid"] = {"budget": [7, 8, 16], "topk": [1, 2, 4], "block_size": [8], "window": [2048]}
+    config["sweep"]["constraints"] = []
+    config["sweep"]["points"] = []
+    (workdir / "grid.yaml").write_text(yaml.safe_dump(config))
+    output = _dry_run(workdir, "grid.yaml")
+    scheduled = set(re.findall(r"results/points/([\w-]+)/status.json", output))
+    assert scheduled == {"ar", "dflash-bs8-w2048", "bs8-b7-t1-w2048", "bs8-b8-t1-w2048", "bs8-b8-t2-w2048",
+                         "bs8-b16-t1-w2048", "bs8-b16-t2-w2048", "bs8-b16-t4-w2048"}
+    assert "results/plan.json" in output
+    config["sweep"]["run_aliases"] = True
+    (workdir / "all.yaml").write_text(yaml.safe_dump(config))
+    scheduled = set(re.findall(r"results/points/([\w-]+)/status.json", _dry_run(workdir, "all.yaml")))
+    assert {"bs8-b7-t4-w2048", "bs8-b8-t4-w2048"} <= scheduled and len(scheduled) == 11

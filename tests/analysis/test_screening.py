@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import demo_config
 
-from ddsweep.analysis.screening import funnel, funnel_markdown, render_funnel, select, select_round
+from ddsweep.analysis.screening import funnel, funnel_block, funnel_markdown, render_funnel, select, select_round
 
 ADAPTIVE = {"sweep": {"strategy": "adaptive", "screen": {"launch_cv": 0.02}}}
 
@@ -99,3 +99,6 @@ def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path
     assert funnel_markdown(tmp_path) == ""
     (screen / "funnel.json").write_text(json.dumps({**doc, "simulated": True}))
     assert funnel_markdown(tmp_path) == text
+    block = funnel_block(tmp_path)
+    assert block["table"]["rows"][0] == ["screen", 4, 4.0, round(4.0 * 8 / 60, 2)]
+    assert any(item.startswith("`bs8-b4-t1-w2048` dropped: \u2212") for item in block["items"])

@@ -54,6 +54,7 @@ def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by
     assert "SIMULATED" in (adaptive_run / "reports" / "adaptive_funnel.md").read_text()
     summary = (adaptive_run / "reports" / "optimization_summary.md").read_text()
     assert "## Best point per regime" in summary
+    assert "Adaptive study: screening funnel" in summary
     assert all(f"`{pid}`" not in summary for pid in selection["dropped"])
 
 

@@ -288,6 +288,24 @@ def render_funnel(doc: dict, simulated: bool) -> str:
     return "\n".join(out) + "\n"
 
 
+def funnel_block(results_dir: Path) -> dict | None:
+    """The funnel as a summary block (docs/results-schema.md, summary.json `sections`), or None without one."""
+    path = Path(results_dir) / "screen" / "funnel.json"
+    if not path.exists():
+        return None
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    rows = [[name, stage["points"], round(stage["job_min"], 1), round(doc["gpu_hours"][name], 2)]
+            for name, stage in doc["stages"].items()]
+    items = [f"`{pid}` dropped: {reason}" for pid, reason in sorted(doc["dropped"].items())]
+    items += [f"`{pid}` failed in screening" for pid in doc.get("failed", [])]
+    return {"kind": "adaptive_funnel", "title": "Adaptive study: screening funnel",
+            "text": (f"{len(doc['survivors'])} point(s) were confirmed ("
+                     + ", ".join(f"`{p}`" for p in doc["survivors"]) + "); only they enter the decisions above."
+                     + (" SIMULATED." if doc.get("simulated") else "")),
+            "table": {"columns": ["stage", "points", "job time (min)", "GPU-hours"], "rows": rows},
+            "items": items}
+
+
 def funnel_markdown(results_dir: Path) -> str:
     """The funnel section for the optimization summary, or "" when RESULTS_DIR holds no adaptive study."""
     path = Path(results_dir) / "screen" / "funnel.json"

@@ -1,4 +1,4 @@
-"""Measure the benchmark client (`ddsweep.bench.loadgen`) against the stand-in server's own ground truth.
+"""Measure the benchmark client (`ddsweep.bench`) against the stand-in server's own ground truth.
 
 Starts `ddsweep sim-server` in a separate process with a fixed rate (exactly 4 tokens per 10 ms verify step,
 whatever the batch size), runs `run_benchmark` at several concurrency levels with each HTTP client, and prints
@@ -16,8 +16,13 @@ token) are the two ends of that window where the client can differ; their sum ov
 `sglang.benchmark.serving` source, whose module needs `transformers` to import) the way its benchmark does:
 asyncio.gather under a semaphore, throughput = output tokens / (perf_counter after − before the gather).
 
+`--server uvicorn` replaces the stand-in by a FastAPI app on uvicorn (the HTTP stack SGLang serves with), in its
+own process: every request streams 4 tokens per 10 ms step from its own timer (no batching), as SGLang's
+`/generate` event stream, and the app records the same per-request timestamps for /sim/stats; so the accuracy
+figures do not rest on the stand-in's own HTTP code.
+
 Usage: python benchmarks/bench_client.py [--levels 1,16,64,256] [--clients asyncio,aiohttp,httpx,bench_serving]
-       [--max-tokens 256]
+       [--max-tokens 256] [--server standin|uvicorn]
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import httpx
 
 from ddsweep import storage
 from ddsweep.bench import metrics, prompts
-from ddsweep.bench.loadgen import BenchSettings, run_benchmark
+from ddsweep.bench.cells import BenchSettings, run_benchmark
 from ddsweep.sim import tokenizer as sim_tokenizer
 
 BENCH_SERVING_NAMES = ("RequestFuncInput", "RequestFuncOutput", "_create_bench_client_session", "get_auth_headers",
@@ -59,12 +64,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(port: int) -> subprocess.Popen:
-    """Start the stand-in at 4 tokens per 10 ms step and wait until it is healthy."""
-    cmd = [sys.executable, "-m", "ddsweep", "sim-server", "--model-path", "sim/model", "--port", str(port),
-           "--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "8", "--sim-step-ms", "10",
-           "--sim-token-cost", "0", "--sim-draft-frac", "0", "--sim-draft-batch-frac", "0",
-           "--sim-prefill-ms-per-1k", "0", "--sim-accept-fixed", "4"]
+def start_server(port: int, kind: str = "standin") -> subprocess.Popen:
+    """Start the stand-in (or the uvicorn app) at 4 tokens per 10 ms step and wait until it is healthy."""
+    if kind == "uvicorn":
+        cmd = [sys.executable, str(Path(__file__).with_name("uvicorn_server.py")), str(port)]
+    else:
+        cmd = [sys.executable, "-m", "ddsweep", "sim-server", "--model-path", "sim/model", "--port", str(port),
+               "--sim-strict", "off", "--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "8",
+               "--sim-step-ms", "10", "--sim-token-cost", "0", "--sim-draft-frac", "0",
+               "--sim-draft-batch-frac", "0", "--sim-prefill-ms-per-1k", "0", "--sim-accept-fixed", "4"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     deadline = time.time() + 20
     while time.time() < deadline:
@@ -97,7 +105,8 @@ def _cpu() -> float:
 def run_ddsweep(url: str, client: str, level: int, n: int, max_tokens: int) -> dict:
     """One `run_benchmark` cell; returns the client's figures and its window ends."""
     settings = BenchSettings(contexts=[128], concurrency=[level], max_new_tokens=max_tokens, requests_per_cell=n,
-                             repeats=1, warmup_requests=0, http_client=client)
+                             repeats=1, warmup_requests=0, http_client=client,
+                             workloads=[{"name": "prose", "kind": "prose", "ignore_eos": True}])
     with tempfile.TemporaryDirectory() as tmp:
         doc = run_benchmark(url, Path(tmp), settings, simulated=True)
         records = storage.read_jsonl(Path(tmp) / "requests.jsonl")
@@ -187,6 +196,7 @@ def main() -> int:
     parser.add_argument("--levels", default="1,16,64,256")
     parser.add_argument("--clients", default="asyncio,aiohttp,httpx,bench_serving")
     parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--server", choices=["standin", "uvicorn"], default="standin")
     args = parser.parse_args()
     clients = args.clients.split(",")
     bench_serving = load_bench_serving() if "bench_serving" in clients else None
@@ -194,9 +204,9 @@ def main() -> int:
         print("sglang is not installed: skipping bench_serving", file=sys.stderr)
         clients.remove("bench_serving")
     port = free_port()
-    proc = start_server(port)
+    proc = start_server(port, args.server)
     url = f"http://127.0.0.1:{port}"
-    print(f"stand-in: 4 tokens per 10 ms step (400 tok/s per request), max_tokens={args.max_tokens}")
+    print(f"{args.server}: 4 tokens per 10 ms step (400 tok/s per request), max_tokens={args.max_tokens}")
     print(f"{'client':>13} {'C':>4} {'reqs':>5} {'tput client':>12} {'tput server':>12} {'err %':>7} {'lead ms':>8} "
           f"{'lag ms':>7} {'decode cl':>10} {'decode srv':>10} {'err %':>7} {'accept cl/srv':>14} {'cpu s/req':>10} "
           f"{'failed':>6}")

@@ -24,11 +24,15 @@ def demo_config(**sections: dict) -> dict:
     return validate_config(config)
 
 
-def demo_record(point_id: str = "bs8-b8-t4-w2048", sim_args: list[str] | None = None, **sections: dict) -> dict:
-    """A point record from the demo configuration; `sim_args` are appended to the stand-in's command line."""
+def demo_record(point_id: str = "bs8-b8-t4-w2048", sim_args: list[str] | None = None, strict: bool = False,
+                **sections: dict) -> dict:
+    """A point record from the demo configuration; `sim_args` are appended to the stand-in's command line.
+
+    The stand-in is lenient unless `strict` (loading SGLang's classes costs seconds of CPU per start; the
+    contract tests start it strict)."""
     config = demo_config(**sections)
-    if sim_args:
-        config["engine"]["launcher"] = config["engine"]["launcher"] + sim_args
+    strictness = ["--sim-strict", "auto" if strict else "off"]
+    config["engine"]["launcher"] = config["engine"]["launcher"] + strictness + (sim_args or [])
     return point_record(config, find_point(config, point_id))
 
 

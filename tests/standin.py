@@ -23,12 +23,13 @@ def free_port() -> int:
 class Sim:
     """A stand-in started as a subprocess, killed on close."""
 
-    def __init__(self, *flags: str, env: dict[str, str] | None = None, wait: bool = True) -> None:
-        """Start the server and (optionally) wait for /health."""
+    def __init__(self, *flags: str, env: dict[str, str] | None = None, wait: bool = True, strict: bool = False) -> None:
+        """Start the server and (optionally) wait for /health; lenient unless `strict` (loading SGLang's classes
+        costs seconds of CPU per process; the contract tests and the launcher-started points are strict)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "ddsweep", "sim-server", "--model-path", "sim/model", "--port", str(self.port),
-               *flags]
+               "--sim-strict", "on" if strict else "off", *flags]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, **(env or {})})
         if wait:

@@ -14,7 +14,7 @@ SUBCOMMANDS = {
     "preflight": "ddsweep.point.preflight",
     "run-point": "ddsweep.point.run",
     "sim-server": "ddsweep.sim.cli",
-    "bench": "ddsweep.bench.loadgen",
+    "bench": "ddsweep.bench.cli",
     "coding-eval": "ddsweep.coding.eval",
     "summarize": "ddsweep.analysis.summarize",
     "bundle": "ddsweep.analysis.bundle",

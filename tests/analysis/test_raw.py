@@ -13,23 +13,25 @@ from resultsets import drafter_bound_set, write_results
 
 from ddsweep.analysis.raw import figures_from_requests
 from ddsweep.analysis.results import load_results
-from ddsweep.bench.loadgen import RequestRecord, cell_figures
+from ddsweep.bench.records import RequestRecord, cell_figures
 
 
 def records(seed: int, repeat: int) -> list[RequestRecord]:
     """One cell's requests with random timings, a warmup request and a failed request."""
     rng = random.Random(seed)
-    out = [RequestRecord(128, 4, repeat, -1, True, 128, 64, "length", 0.0, 1.0, 0.1, 1.0, 0.9, [0.01] * 63, 20,
-                         3.2)]
+    out = [RequestRecord(128, 4, repeat, -1, True, prompt_tokens=128, completion_tokens=64, finish_reason="length",
+                         start_ts=0.0, end_ts=1.0, ttft_s=0.1, e2e_s=1.0, decode_s=0.9, itl_s=[0.01] * 63,
+                         spec_verify_ct=20, acceptance_length=3.2)]
     t = 100.0 * repeat
     for i in range(8):
         tokens = rng.randint(40, 256)
         ttft, decode = rng.uniform(0.02, 0.3), rng.uniform(0.5, 3.0)
         verify = max(1, tokens // rng.randint(2, 6))
         start = t + rng.uniform(0, 0.5)
-        out.append(RequestRecord(128, 4, repeat, i, False, 128, tokens, "stop", start, start + ttft + decode, ttft,
-                                 ttft + decode, decode, [decode / (tokens - 1)] * (tokens - 1), verify,
-                                 tokens / verify))
+        out.append(RequestRecord(128, 4, repeat, i, False, prompt_tokens=128, completion_tokens=tokens,
+                                 finish_reason="stop", start_ts=start, end_ts=start + ttft + decode, ttft_s=ttft,
+                                 e2e_s=ttft + decode, decode_s=decode, itl_s=[decode / (tokens - 1)] * (tokens - 1),
+                                 spec_verify_ct=verify, acceptance_length=tokens / verify))
     out.append(RequestRecord(128, 4, repeat, 8, False, start_ts=t, end_ts=t + 0.2, e2e_s=0.2, error="HTTP 500"))
     return out
 

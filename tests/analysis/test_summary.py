@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -32,8 +30,6 @@ from ddsweep.analysis.decisions import (
 from ddsweep.analysis.render import render_decisions, render_markdown
 from ddsweep.analysis.results import load_results
 from ddsweep.analysis.summarize import SummaryResult, summarize
-
-HAS_LOSSLESS = importlib.util.find_spec("ddsweep.coding.lossless") is not None
 
 
 def run(spec: ResultSetSpec, root: Path) -> tuple[SummaryResult, str]:
@@ -211,7 +207,6 @@ def test_truncation_failures_are_counted_apart(tmp_path: Path) -> None:
     assert "assertion 1" in cells[7] and "truncated" not in cells[7]
 
 
-@pytest.mark.skipif(not HAS_LOSSLESS, reason="ddsweep.coding.lossless is not installed yet")
 def test_output_mismatch_vs_ar_is_reported(tmp_path: Path) -> None:
     spec = coding_set()
     _, text = decide(spec, tmp_path)
@@ -222,10 +217,23 @@ def test_output_mismatch_vs_ar_is_reported(tmp_path: Path) -> None:
     assert f"{n - 1}/{n} identical" in line
 
 
-def test_missing_lossless_module_is_stated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "ddsweep.coding.lossless", None)
-    _, text = decide(coding_set(), tmp_path)
-    assert "Not compared: ddsweep.coding.lossless is not importable" in text
+def test_mismatches_are_judged_against_the_ar_vs_ar_floor(tmp_path: Path) -> None:
+    spec = coding_set()
+    results = write_results(spec, tmp_path)
+    _, text = decide(spec, tmp_path)
+    assert "there is no ar-vs-ar floor and nothing is flagged" in text  # `ar` answered once
+    # `ar` answered twice and agreed with itself on every problem: a point with one mismatch in five has a 95%
+    # Wilson interval of 38%–96%, wholly below that floor, so it is flagged; the identical point is not.
+    ar_answers = (results / "points" / "ar" / "coding" / "problems.jsonl").read_text()
+    (results / "points" / "ar" / "coding" / "problems_repeat.jsonl").write_text(ar_answers)
+    decisions = analyse(load_results(results), Settings.from_config(spec.config))
+    text = render_decisions(decisions)
+    n = len(spec.point("ar").coding)
+    assert f"`ar` agreed with itself on {n}/{n} answers (100%)" in text
+    diverging = decisions.lossless.by_point[spec.expected["diverging"]]
+    assert diverging["floor_rate"] == 1.0 and diverging["below_floor"] is True
+    flagged = [line for line in text.splitlines() if "below the ar-vs-ar floor" in line]
+    assert len(flagged) == 1 and f"`{spec.expected['diverging']}`" in flagged[0]
 
 
 def test_failed_and_malformed_points_are_listed_without_crashing(tmp_path: Path) -> None:

@@ -51,3 +51,12 @@ def test_percentiles_match_single_percentile_on_unsorted_values() -> None:
     assert metrics.percentiles(values, (10,)) == {"p10": pytest.approx(1.5)}
     with pytest.raises(ValueError):
         metrics.percentiles(values, (101,))
+
+
+def test_context_check_flags_a_cell_off_its_target_context():
+    ok = metrics.context_check([4000, 4096, 4150], 4096, 0.05)
+    assert ok["prompt_tokens_off_target"] is False and ok["prompt_tokens_min"] == 4000
+    assert abs(ok["prompt_tokens_max_rel_error"] - 96 / 4096) < 1e-12
+    off = metrics.context_check([4096, 3000], 4096, 0.05)
+    assert off["prompt_tokens_off_target"] is True and off["prompt_tokens_max"] == 4096
+    assert metrics.context_check([None, None], 128, 0.05)["prompt_tokens_off_target"] is True

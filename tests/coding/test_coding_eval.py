@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from standin import FAST, Sim
 
 from ddsweep.coding import eval as coding_eval
 from ddsweep.coding.eval import CodingEvalError, CodingSettings, build_messages, run_coding_eval
@@ -22,12 +23,13 @@ from ddsweep.storage import read_json, read_jsonl
 PROBLEMS = {p.task_id: p for p in load_problems()}
 RECORD_KEYS = {
     "task_id", "passed", "error_kind", "error", "finish_reason", "truncated", "completion_tokens",
-    "max_tokens", "response", "reasoning", "code", "retry", "simulated",
+    "max_tokens", "response", "reasoning", "code", "retry", "simulated", "spec_verify_ct",
 }  # fmt: skip
 SUMMARY_KEYS = {
     "simulated", "problems", "answered", "request_failures", "passed", "pass_at_1",
     "pass_at_1_excluding_truncated", "truncated",
     "by_error_kind", "max_tokens", "retry_max_tokens", "pass_at_1_after_retry", "sandbox",
+    "acceptance_length", "acceptance_requests",
 }  # fmt: skip
 
 
@@ -278,3 +280,16 @@ def test_eval_refuses_without_isolation(server: FakeServer, tmp_path: Path, monk
     summary = run_coding_eval(server.url, tmp_path, CodingSettings(limit=1, require_isolation=False), simulated=False)
     assert summary["sandbox"]["isolation"] == "rlimits-only"
     assert summary["sandbox"]["probe"]["bubblewrap"] == "bwrap not found on PATH"
+
+
+def test_coding_eval_records_acceptance_from_its_own_requests(tmp_path: Path) -> None:
+    sim = Sim("--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "8", *FAST)
+    try:
+        summary = run_coding_eval(sim.url, tmp_path, CodingSettings(limit=3, max_tokens=512, concurrency=3),
+                                  simulated=True)
+    finally:
+        sim.close()
+    problems = read_jsonl(tmp_path / "problems.jsonl")
+    assert all(p["spec_verify_ct"] for p in problems)
+    ratio = sum(p["completion_tokens"] for p in problems) / sum(p["spec_verify_ct"] for p in problems)
+    assert summary["acceptance_length"] == pytest.approx(ratio) and summary["acceptance_requests"] == 3

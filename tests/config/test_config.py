@@ -103,8 +103,9 @@ def test_plan_lists_points_count_and_estimate(study):
     text = format_plan(config)
     assert "62 points" in text
     assert "bs16-b16-t8-woff" in text
-    # 10 min startup + 2 contexts x 4 concurrency x 3 repeats x 1.5 min + 15 min coding = 61 min per point.
-    assert "estimated 61 min per point" in text
+    # 10 min startup + (coding: 2 contexts x 4 concurrency + prose: 1 context x 2 concurrency) x 3 repeats
+    # x 1.5 min + 15 min coding = 70 min per point.
+    assert "30 benchmark cells per point" in text and "estimated 70 min per point" in text
 
 
 def test_load_config_merges_files_like_snakemake(tmp_path):
@@ -205,3 +206,18 @@ def test_empty_sweep_is_rejected(study):
     broken = _set(_set(study, "sweep.constraints", ["budget > 100"]), "baselines", {"ar": False, "dflash": None})
     with pytest.raises(ConfigError, match="sweep expands to no points"):
         validate_config(broken)
+
+
+def test_validate_warns_about_a_swept_knob_no_check_verifies():
+    from conftest import demo_config
+
+    from ddsweep.config.study import unverified_swept_knobs
+
+    config = validate_config(demo_config())
+    warnings = unverified_swept_knobs(config)
+    assert len(warnings) == 1 and "knob topk" in warnings[0] and "presets.ddtree" in warnings[0]
+    config["engine"]["presets"]["ddtree"]["verify"]["log_patterns"] = [r"max_topk={topk}\b"]
+    assert unverified_swept_knobs(config) == []
+    config["engine"]["presets"]["ddtree"]["verify"]["log_patterns"] = []
+    config["engine"]["presets"]["ddtree"]["verify"]["launch_command"] = ["--max-topk {topk}"]
+    assert unverified_swept_knobs(config) == []

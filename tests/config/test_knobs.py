@@ -126,7 +126,7 @@ def test_the_tree_description_never_reaches_the_server(presets):
 
 
 def test_defaults_come_from_the_schema():
-    from ddsweep.bench.loadgen import BenchSettings
+    from ddsweep.bench.cells import BenchSettings
     from ddsweep.coding.eval import CodingSettings
 
     assert BenchSettings.warmup_requests == schema_default("benchmark.warmup_requests")

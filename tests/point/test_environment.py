@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from ddsweep.point.environment import classify_interconnect, collect_environment
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from ddsweep.point.environment import (
+    ENGINE_PACKAGES,
+    classify_interconnect,
+    collect_environment,
+    engine_provenance,
+    source_checkout,
+)
 
 PCIE_TOPOLOGY = """\
 \tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity
@@ -46,7 +58,44 @@ def test_environment_record_without_gpus_names_the_engine_and_slurm_job(monkeypa
     monkeypatch.setenv("SLURMD_NODENAME", "gpu07")
     monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi, no git
     record = collect_environment({"version": "0.5.23"}, simulated=False)
-    assert record["engine"] == {"name": "sglang", "version": "0.5.23"}
+    assert record["engine"]["name"] == "sglang" and record["engine"]["version"] == "0.5.23"
+    assert record["engine"]["launcher"]["probed"] is False
     assert record["slurm"]["job_id"] == "4242" and record["slurm"]["node"] == "gpu07"
     assert record["gpus"] == [] and record["gpu_count"] == 0 and record["interconnect"] is None
     assert record["git_commit"] is None and record["simulated"] is False
+
+
+def test_engine_provenance_is_what_the_launchers_python_sees(tmp_path):
+    fake = tmp_path / "site" / "sglang"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (tmp_path / "site" / "sglang-0.0.1.dist-info").mkdir()
+    (tmp_path / "site" / "sglang-0.0.1.dist-info" / "METADATA").write_text("Name: sglang\nVersion: 0.0.1\n")
+    record = engine_provenance([sys.executable, "-m", "sglang.launch_server"], {"PYTHONPATH": str(tmp_path / "site")})
+    assert record["probed"] and record["interpreter"] == sys.executable
+    assert record["packages"]["sglang"] == "0.0.1" and record["sglang_dir"] == str(fake)
+    assert set(record["packages"]) == set(ENGINE_PACKAGES)
+    assert record["sglang_source"] is None  # not a git checkout
+    wrapper = engine_provenance(["/usr/bin/srun", "python"])
+    assert wrapper["probed"] is False and "not a Python interpreter" in wrapper["reason"]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_sglang_source_checkout_commit_and_dirty_flag(tmp_path):
+    repo = tmp_path / "sglang-src"
+    package = repo / "python" / "sglang"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("__version__ = '0.5.23'\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert source_checkout(str(package)) == {"commit": head, "dirty": False, "path": str(repo)}
+    (package / "__init__.py").write_text("__version__ = '0.5.23+pr29907'\n")
+    assert source_checkout(str(package))["dirty"] is True
+    ignored = repo / ".venv" / "sglang"  # an installed copy inside some repository's ignored venv
+    ignored.mkdir(parents=True)
+    (ignored / "__init__.py").write_text("")
+    (repo / ".gitignore").write_text(".venv\n")
+    assert source_checkout(str(ignored)) is None

@@ -72,7 +72,8 @@ def bench(**overrides: object) -> dict:
     """A benchmark section small enough for one fault (one context, few short requests)."""
     return {"contexts": [128], "concurrency": [1], "max_new_tokens": 8, "requests_per_cell": 4, "repeats": 1,
             "warmup_requests": 1, "max_failure_fraction": 0.05, "request_timeout_s": 10, "seed": 0,
-            "request_rate": None, **overrides}
+            "request_rate": None, "cell_order": "fixed",
+            "workloads": [{"name": "prose", "kind": "prose", "ignore_eos": True}], **overrides}
 
 
 def faulty(point_id: str, sim_args: list[str], benchmark: dict | None = None, **sections: dict) -> dict:
@@ -201,7 +202,7 @@ def test_foreign_server_answering_on_the_taken_port_is_not_measured(tmp_path, se
     assert outcome.kind is None
     assert [s.spec.port for s in servers][0] == port and len(servers) == 2
     info = json.loads((outcome.out / "server_info.json").read_text())
-    assert info["simulated"] is True and info["server_args"]["port"] == servers[1].spec.port
+    assert info["simulated"] is True and info["port"] == servers[1].spec.port
 
 
 def test_other_startup_failure_after_a_port_retry_is_not_blamed_on_the_port(tmp_path, servers):
@@ -250,17 +251,17 @@ def test_crash_mid_benchmark_fails_the_point_and_keeps_the_requests_measured_bef
 
 
 def test_server_killed_between_cells_fails_with_server_crash(tmp_path, servers, monkeypatch):
-    from ddsweep.bench import loadgen
+    from ddsweep.bench.workloads import PromptBuilder
 
-    original = loadgen.prompts.build_prompt
+    original = PromptBuilder.build
 
-    def kill_on_second_context(target_tokens: int, *args: object, **kwargs: object) -> str:
+    def kill_on_second_context(self: PromptBuilder, target_tokens: int, *args: object, **kwargs: object) -> object:
         if target_tokens == 2048 and servers[-1].exited() is None:
             os.kill(servers[-1].process.pid, signal.SIGKILL)
             servers[-1].process.wait()
-        return original(target_tokens, *args, **kwargs)
+        return original(self, target_tokens, *args, **kwargs)
 
-    monkeypatch.setattr(loadgen.prompts, "build_prompt", kill_on_second_context)
+    monkeypatch.setattr(PromptBuilder, "build", kill_on_second_context)
     record = faulty("ar", [], bench(contexts=[128, 2048]))
     outcome = run_faulty(record, tmp_path / "ar", servers, "SIGKILL between cells")
     assert outcome.kind == "server_crash"
@@ -408,7 +409,7 @@ def test_workflow_keeps_going_past_a_crashing_point_and_reruns_only_it(tmp_path)
         "sweep": {"grid": {"budget": [4], "topk": [2], "block_size": [8], "window": [2048]},
                   "points": [{"preset": "crashy", "budget": 8, "topk": 4, "block_size": 8, "window": 2048}]},
         "benchmark": {"contexts": [128], "concurrency": [1], "max_new_tokens": 32, "requests_per_cell": 8,
-                      "repeats": 1, "warmup_requests": 1},
+                      "repeats": 1, "warmup_requests": 1, "workloads": [{"name": "coding", "kind": "coding"}]},
         "coding_eval": {"limit": 2, "concurrency": 2},
         "analysis": {"regimes": [{"name": "latency", "metric": "decode_tok_s", "context": 128, "concurrency": 1},
                                  {"name": "throughput", "metric": "output_throughput_tok_s", "context": 128,

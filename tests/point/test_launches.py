@@ -15,7 +15,8 @@ def _launch(root: Path, k: int, speed: float, point_id: str = "bs8-b8-t4-w2048")
     (directory / "bench").mkdir(parents=True)
     cell = {"context": 128, "concurrency": 1, "repeat": 0, "requests": 2, "completed": 2, "failed": 0,
             "output_throughput_tok_s": speed, "decode_tok_s": {"median": speed}, "acceptance_length": 4.0,
-            "ttft_s": {"p50": 0.01}, "tpot_s": {"p50": 1 / speed}}
+            "ttft_s": {"p50": 0.01}, "tpot_s": {"p50": 1 / speed},
+            "steady_state": {"output_throughput_tok_s": speed}}
     (directory / "bench" / "cells.json").write_text(json.dumps(
         {"simulated": True, "config": {"repeats": 1}, "cells": [cell], "groups": []}))
     (directory / "bench" / "requests.jsonl").write_text(

@@ -59,9 +59,11 @@ def test_server_starts_verifies_and_stops_with_its_whole_tree(tmp_path):
     server = _started(record, tmp_path)
     try:
         info = server.server_info()
-        assert info["server_args"]["speculative_ddtree_budget"] == 8
+        assert info["speculative_ddtree_budget"] == 8 and info["ddsweep_endpoint"] == "/server_info"
         verification = verify_settings(server.spec, info, server.log_path.read_text())
         assert verification["ok"], verification
+        assert verification["unverified"] == [{"knob": "topk", "value": 4,
+                                               "reason": "no verify check of the preset reads this knob"}]
         assert len(owned_processes(server.owner_token)) >= 2  # the server and the child it spawned
     finally:
         server.stop()
@@ -95,8 +97,54 @@ def test_log_pattern_is_checked(tmp_path):
     record = demo_record("bs8-b8-t4-w2048")
     spec = render_server(record, 1)
     spec.log_patterns = [r"max_topk=4\b", r"max_topk=7\b"]
-    result = verify_settings(spec, {"server_args": {}}, "DDTree config: budget=8 max_topk=4 block_size=8")
+    result = verify_settings(spec, {}, "DDTree config: budget=8 max_topk=4 block_size=8")
     assert [c["ok"] for c in result["checks"] if c["source"] == "log"] == [True, False]
+
+
+def test_top_level_server_info_and_launch_command_are_checked():
+    spec = render_server(demo_record("bs8-b8-t4-w2048"), 1)
+    spec.launch_command = ["--speculative-ddtree-budget 8", "--speculative-ddtree-budget 9"]
+    info = {"speculative_algorithm": "DDTREE", "speculative_ddtree_budget": 8, "speculative_dflash_block_size": 8,
+            "speculative_draft_window_size": 2048, "launch_command": "--model-path m --speculative-ddtree-budget 8"}
+    result = verify_settings(spec, info, "")
+    assert [c["ok"] for c in result["checks"] if c["source"] == "server_args"] == [True] * 4
+    assert [c["ok"] for c in result["checks"] if c["source"] == "launch_command"] == [True, False]
+    nested = verify_settings(spec, {"server_args": info}, "")  # the layout SGLang 0.5.23 does not have
+    assert not nested["ok"] and "top-level key" in nested["checks"][0]["reason"]
+
+
+def test_a_log_pattern_naming_topk_makes_it_verified():
+    record = demo_record("bs8-b8-t4-w2048")
+    assert render_server(record, 1).unverified_knobs == {"topk": 4}
+    record["preset"]["verify"]["log_patterns"] = [r"max_topk={topk}\b"]
+    spec = render_server(record, 1)
+    assert spec.unverified_knobs == {} and spec.log_patterns == [r"max_topk=4\b"]
+
+
+def test_server_info_falls_back_to_get_server_info_only_on_404(tmp_path):
+    import http.server
+    import threading
+
+    class OldBuild(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            body = b'{"tp_size": 1}' if self.path == "/get_server_info" else b"{}"
+            self.send_response(200 if self.path == "/get_server_info" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), OldBuild)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        spec = render_server(demo_record("ar"), httpd.server_address[1])
+        info = ManagedServer(spec, tmp_path / "log").server_info()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert info == {"tp_size": 1, "ddsweep_endpoint": "/get_server_info"}
 
 
 def test_server_exiting_during_startup_fails_within_seconds_with_log_tail(tmp_path):

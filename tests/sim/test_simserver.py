@@ -11,7 +11,14 @@ import pytest
 from standin import FAST, Sim
 
 from ddsweep.sim.cli import build_parser, build_settings, parse_unknown
-from ddsweep.sim.model import Knobs, ModelParams, expected_accept_length, step_time_s
+from ddsweep.sim.model import (
+    Knobs,
+    ModelParams,
+    expected_accept_length,
+    natural_length,
+    prompt_kind,
+    step_time_s,
+)
 
 FAULTY = ("--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "4", "--sim-fault",
           "ignore-knob:budget", "--sim-fault", "error-rate:0.5", "--sim-seed", "3", *FAST)
@@ -46,15 +53,16 @@ def ddtree(servers: dict[str, Sim]) -> Sim:
 
 
 def test_server_info_echoes_args_and_is_labelled(ddtree: Sim) -> None:
-    info = httpx.get(ddtree.url + "/get_server_info").json()
-    args = info["server_args"]
-    assert info["simulated"] is True and info["version"].startswith("sim-")
+    info = httpx.get(ddtree.url + "/server_info").json()
+    args = info  # SGLang 0.5.23: resolved arguments at the top level
+    assert info["simulated"] is True and info["version"].startswith("sim-") and info["strict"] is False
+    assert "server_args" not in info and "--speculative-ddtree-budget 8" in info["launch_command"]
     assert args["speculative_algorithm"] == "DDTREE" and args["speculative_ddtree_budget"] == 8
     assert args["speculative_dflash_block_size"] == args["speculative_num_draft_tokens"] == 8
     assert args["speculative_draft_window_size"] == 2048
     assert args["tp_size"] == 8 and args["trust_remote_code"] is True
     assert "avg_spec_accept_length" in info["internal_states"][0]
-    assert httpx.get(ddtree.url + "/server_info").json()["server_args"] == args
+    assert httpx.get(ddtree.url + "/get_server_info").json()["speculative_ddtree_budget"] == 8
     models = httpx.get(ddtree.url + "/v1/models").json()
     assert models["data"][0]["id"] == "sim/model"
     assert httpx.get(ddtree.url + "/health_generate", timeout=10).status_code == 200
@@ -181,7 +189,7 @@ def test_error_rate_gives_500s_deterministically(servers: dict[str, Sim]) -> Non
 
 def test_ignore_knob_server_info_and_log_line(servers: dict[str, Sim]) -> None:
     sim = servers["faulty1"]
-    assert httpx.get(sim.url + "/get_server_info").json()["server_args"]["speculative_ddtree_budget"] == 16
+    assert httpx.get(sim.url + "/server_info").json()["speculative_ddtree_budget"] == 16
     sim.proc.terminate()
     out = sim.close()
     assert "DDTree config: budget=16 " in out and "budget=4" not in out
@@ -200,3 +208,23 @@ def test_sigterm_shuts_down_quickly(servers: dict[str, Sim]) -> None:
     sim = servers["ar"]
     sim.proc.terminate()
     assert sim.proc.wait(timeout=5) == 0
+
+
+def test_acceptance_depends_on_the_workload_and_post_eos_repetition() -> None:
+    p, knobs = ModelParams(), Knobs("ddtree", 8, 4, 8, 2048)
+    prose, code, post = (expected_accept_length(p, knobs, kind) for kind in ("prose", "code", "post_eos"))
+    assert prose + 0.5 < code < post
+    assert prompt_kind("Complete this:\n```python\ndef f(x):\n    pass\n```") == "code"
+    assert prompt_kind("The river rose in the spring.") == "prose"
+
+
+def test_ignore_eos_past_the_natural_end_is_accepted_more(servers: dict[str, Sim]) -> None:
+    sim = servers["ddtree"]
+    prompt = next(f"A story about rivers, part {i}." for i in range(1000) if natural_length(0, f"A story about "
+                                                                                          f"rivers, part {i}.") < 40)
+    stopped = sim.generate(prompt, 600, ignore_eos=False).json()["meta_info"]
+    forced = sim.generate(prompt, 600, ignore_eos=True).json()["meta_info"]
+    assert stopped["finish_reason"]["type"] == "stop" and stopped["completion_tokens"] < 40
+    assert forced["completion_tokens"] == 600
+    prose = expected_accept_length(ModelParams(), Knobs("ddtree", 8, 4, 8, 2048), "prose")
+    assert forced["spec_accept_length"] > prose + 1.0  # 560 of the 600 tokens come after the natural end

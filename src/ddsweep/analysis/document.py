@@ -166,7 +166,36 @@ def _caveats(d: Decisions) -> list[dict[str, Any]]:
     out.append(_spread_caveat(d))
     out += _coding_caveats(d)
     out += _point_caveats(d)
+    aliases = _alias_caveat(d)
+    if aliases:
+        out.append(aliases)
     return out
+
+
+def _alias_caveat(d: Decisions) -> dict[str, Any] | None:
+    """Points that are one server configuration under different knob names (results/plan.json's groups)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for entry in d.results.plan.values():
+        if entry.get("alias_group"):
+            groups.setdefault(str(entry["alias_group"]), []).append(entry)
+    groups = {rep: members for rep, members in groups.items() if len(members) > 1}
+    if not groups:
+        return None
+    items = []
+    for rep, members in sorted(groups.items()):
+        tree = members[0].get("tree") or {}
+        shape = (f"{tree.get('shape')}, width {tree.get('width')}, depth limit {tree.get('depth_limit')}"
+                 if tree.get("shape") in ("tree", "chain") else str(tree.get("shape") or "unknown tree"))
+        measured = [m["point_id"] for m in members if m.get("runs")]
+        names = ", ".join(f"`{m['point_id']}`" for m in sorted(members, key=lambda m: m["point_id"]))
+        items.append(f"{names}: one server configuration ({shape}); "
+                     + (f"measured as `{rep}` only, the others are its aliases" if len(measured) <= 1 else
+                        f"{len(measured)} measured separately (sweep.run_aliases): their differences are "
+                        "run-to-run noise, not an effect of topk"))
+    return {"kind": "alias_groups", "title": "Knob values the engine treats as one configuration", "text": (
+        f"{len(groups)} group(s) of points build the same draft tree under the preset's tree rule (for DDTree, "
+        "topk caps the tree width, so different topk values often give the same tree). No difference between "
+        "members of one group is reported as an effect of a knob."), "items": items}
 
 
 def _spread_caveat(d: Decisions) -> dict[str, Any]:
@@ -203,25 +232,60 @@ def _coding_caveats(d: Decisions) -> list[dict[str, Any]]:
                                      r.truncated_failures, r.passed_after_retry, r.real_failures,
                                      r.real_failure_kinds or "—"] for r in d.coding.itertuples()]}
     lossless: dict[str, Any] = {"kind": "lossless", "title": "Output mismatches vs `ar`"}
+    floor = d.lossless.floor
     if not d.lossless.available:
         lossless["text"] = f"Not compared: {d.lossless.reason}."
     elif not d.lossless.by_point:
         lossless["text"] = "Not compared: no point other than `ar` has coding outputs."
     else:
-        lossless["text"] = ("Greedy speculative decoding should reproduce the `ar` outputs exactly; mismatches point "
-                            "at a numerical or verification difference.")
+        floor_text = (f"`ar` agreed with itself on {floor['exact_match']}/{floor['compared']} answers "
+                      f"({floor['exact_match_rate']:.0%}), the floor every point is compared with; a point is "
+                      "flagged only when the upper end of its 95% Wilson interval is below that floor."
+                      if floor else "`ar` answered only once, so there is no ar-vs-ar floor and nothing is flagged "
+                      "(greedy outputs need not be reproducible at high concurrency or with tensor/expert "
+                      "parallelism; coding_eval.ar_repeat measures the floor).")
+        lossless["text"] = ("Greedy speculative decoding should reproduce the `ar` outputs. " + floor_text)
         items = []
         for pid, match in sorted(d.lossless.by_point.items()):
             mismatches = match.get("mismatches") or []
             line = (f"`{pid}`: {match.get('exact_match')}/{match.get('compared')} identical "
-                    f"({(match.get('exact_match_rate') or 0):.0%})")
+                    f"({(match.get('exact_match_rate') or 0):.0%}")
+            if match.get("ci_low") is not None and match.get("compared"):
+                line += f", 95% CI {match['ci_low']:.0%}–{match['ci_high']:.0%}"
+            line += ")"
+            if match.get("below_floor"):
+                line = "**below the ar-vs-ar floor** " + line
             if mismatches:
                 line += "; differs in " + ", ".join(
                     f"{m.get('task_id')} (first difference at char {m.get('first_diff_char')}, "
                     f"token {m.get('first_diff_token')})" for m in mismatches[:MAX_LIST])
             items.append(line)
         lossless["items"] = items
-    return [coding, lossless]
+    out = [coding, lossless]
+    isolation = _isolation_caveat(d)
+    if isolation:
+        out.append(isolation)
+    return out
+
+
+def _isolation_caveat(d: Decisions) -> dict[str, Any] | None:
+    """The sandbox isolation of each point's coding eval, when the study mixes modes or ran without namespaces."""
+    modes: dict[str, list[str]] = {}
+    for point_id, summary in sorted(d.results.coding_summaries.items()):
+        sandbox = summary.get("sandbox") if isinstance(summary, dict) else None
+        mode = sandbox.get("isolation") if isinstance(sandbox, dict) else None
+        modes.setdefault(str(mode or "unknown"), []).append(point_id)
+    if len(modes) <= 1 and "rlimits-only" not in modes:
+        return None
+    counts = ", ".join(f"{mode} ({len(ids)} point{'s' if len(ids) != 1 else ''})"
+                       for mode, ids in sorted(modes.items()))
+    text = (f"The study mixes sandbox isolation modes: {counts}." if len(modes) > 1
+            else f"Every coding eval ran in {counts}.")
+    if "rlimits-only" in modes:
+        text += (" Pass rates of rlimits-only points were measured with weaker isolation (no namespaces: candidates "
+                 "could reach the network and world-readable files; docs/sandbox.md).")
+    return {"kind": "isolation", "title": "Coding sandbox isolation", "text": text,
+            "items": [f"{mode}: " + ", ".join(f"`{p}`" for p in ids) for mode, ids in sorted(modes.items())]}
 
 
 def _point_caveats(d: Decisions) -> list[dict[str, Any]]:

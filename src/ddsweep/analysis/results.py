@@ -217,6 +217,12 @@ def _read_json(path: Path, issues: list[str], required: bool) -> Any:
         return None
 
 
+def read_coding_repeat(results_dir: Path, point_id: str) -> list[dict[str, Any]] | None:
+    """The second pass of a point's coding answers (`coding/problems_repeat.jsonl`), None when it has none."""
+    path = results_dir / "points" / point_id / "coding" / "problems_repeat.jsonl"
+    return _read_jsonl(path, []) if path.is_file() else None
+
+
 def _read_jsonl(path: Path, issues: list[str]) -> list[dict[str, Any]]:
     """Read JSON Lines, skipping (and reporting) lines that are not JSON objects."""
     if not path.exists():

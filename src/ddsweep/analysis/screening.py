@@ -19,7 +19,13 @@ from pathlib import Path
 
 import yaml
 
-from ddsweep.config.stages import baseline_ids, refine_candidates, screen_ids, screen_settings
+from ddsweep.config.stages import (
+    baseline_ids,
+    primary_workload,
+    refine_candidates,
+    screen_ids,
+    screen_settings,
+)
 from ddsweep.storage import write_json_atomic, write_text_atomic
 
 LOWER_IS_BETTER = frozenset({"ttft_p50_s", "tpot_p50_s"})
@@ -112,10 +118,13 @@ def _cell_value(metric: str, records: list[dict]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def estimate(records: list[dict], metric: str, context: int, concurrency: int, launch_cv: float) -> Estimate | None:
-    """The screened figure of one regime cell with its relative standard error, or None when not measured."""
+def estimate(records: list[dict], metric: str, context: int, concurrency: int, launch_cv: float,
+             workload: str | None = None) -> Estimate | None:
+    """The screened figure of one regime cell (of `workload`, when records name one) with its relative standard
+    error, or None when not measured."""
     cell = [r for r in records if r.get("context") == context and r.get("concurrency") == concurrency
-            and not r.get("warmup") and not r.get("error")]
+            and not r.get("warmup") and not r.get("error")
+            and (workload is None or r.get("workload") in (None, workload))]
     value = _cell_value(metric, cell)
     if value is None or value <= 0:
         return None
@@ -175,7 +184,8 @@ def select(config: dict, requests: dict[str, list[dict]], keep: list[str] | None
         metric = regime["metric"]
         scores = {}
         for pid, records in requests.items():
-            est = estimate(records, metric, regime["context"], regime["concurrency"], settings["launch_cv"])
+            est = estimate(records, metric, regime["context"], regime["concurrency"], settings["launch_cv"],
+                           primary_workload(config))
             if est is not None:
                 value = 1.0 / est.value if metric in LOWER_IS_BETTER else est.value
                 scores[pid] = Estimate(value, est.within, est.launch)

@@ -10,34 +10,44 @@ from typing import Any
 
 import pandas as pd
 
-from ddsweep.analysis.results import KNOBS, ResolvedRegime, ResultSet, ar_point_id, is_truncated
+from ddsweep.analysis.results import (
+    KNOBS,
+    ResolvedRegime,
+    ResultSet,
+    ar_point_id,
+    is_truncated,
+    read_coding_repeat,
+)
 
 
 @dataclass
 class LosslessResult:
-    """Exact-match comparison of every point's coding outputs against the `ar` baseline's."""
+    """Exact-match comparison of every point's coding outputs against the `ar` baseline's, next to the rate at
+    which `ar` agrees with itself (the floor; None when `ar` answered only once)."""
 
     available: bool
     reason: str | None
     by_point: dict[str, dict[str, Any]]
+    floor: dict[str, Any] | None = None
 
 
 def lossless_vs_ar(results: ResultSet) -> LosslessResult:
-    """Compare each point's coding outputs with the ar baseline via ddsweep.coding.lossless.compare_outputs."""
-    try:
-        from ddsweep.coding.lossless import compare_outputs
-    except ImportError as exc:
-        return LosslessResult(False, f"ddsweep.coding.lossless is not importable ({exc})", {})
+    """Compare each point's coding outputs with the ar baseline's, against the ar-vs-ar floor
+    (ddsweep.coding.lossless.assess_lossless: a point is flagged only when clearly below the floor)."""
+    from ddsweep.coding.lossless import assess_lossless
+
     ar_id = ar_point_id(results)
     if ar_id is None or ar_id not in results.coding_records:
         return LosslessResult(False, "no completed `ar` point with coding outputs to compare against", {})
+
     def usable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [r for r in records if isinstance(r.get("task_id"), str)]
 
-    reference = usable(results.coding_records[ar_id])
-    by_point = {pid: compare_outputs(reference, usable(records))
-                for pid, records in results.coding_records.items() if pid != ar_id}
-    return LosslessResult(True, None, by_point)
+    repeat = read_coding_repeat(results.results_dir, ar_id)
+    assessed = assess_lossless(usable(results.coding_records[ar_id]), usable(repeat) if repeat else None,
+                               {pid: usable(records) for pid, records in results.coding_records.items()
+                                if pid != ar_id})
+    return LosslessResult(True, None, assessed["points"], assessed["floor"])
 
 
 def coding_stats(results: ResultSet) -> pd.DataFrame:

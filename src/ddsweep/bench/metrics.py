@@ -132,3 +132,13 @@ def summarize_repeats(values: Sequence[float | None]) -> dict:
         return {"median": None, "ci_low": None, "ci_high": None, "values": list(values)}
     low, high = median_ci(present)
     return {"median": median(present), "ci_low": low, "ci_high": high, "values": list(values)}
+
+
+def context_check(prompt_tokens: Sequence[int | None], context: int, tolerance: float) -> dict:
+    """Whether the server-reported prompt lengths of a cell's requests hit its target context within `tolerance`
+    (relative); a cell whose server reported no length is flagged too, since nothing confirms its context."""
+    reported = [n for n in prompt_tokens if n is not None]
+    worst = max((abs(n - context) / context for n in reported), default=None)
+    return {"prompt_tokens_min": min(reported, default=None), "prompt_tokens_max": max(reported, default=None),
+            "prompt_tokens_max_rel_error": worst, "context_tolerance": tolerance,
+            "prompt_tokens_off_target": worst is None or worst > tolerance}

@@ -62,6 +62,7 @@ class Attempt:
     response: str
     reasoning: str | None
     code: str | None
+    spec_verify_ct: int | None = None
 
 
 @dataclass
@@ -72,6 +73,16 @@ class Completion:
     reasoning: str | None
     finish_reason: str | None
     completion_tokens: int | None
+    spec_verify_ct: int | None = None
+
+
+def _spec_verify_ct(body: dict) -> int | None:
+    """Verify steps from SGLang's `sglext.spec_tokens_details` (present when speculation ran), else None."""
+    details = (body.get("sglext") or {}).get("spec_tokens_details")
+    if isinstance(details, list):
+        details = details[0] if details else None
+    verify = details.get("spec_verify_ct") if isinstance(details, dict) else None
+    return verify if isinstance(verify, int) and verify > 0 else None
 
 
 def build_messages(problem: Problem) -> list[dict]:
@@ -103,6 +114,7 @@ def request_completion(
             "temperature": 0,
             "max_tokens": max_tokens,
             "stream": False,
+            "return_spec_tokens_details": True,
         },
         timeout=timeout_s,
     )
@@ -120,6 +132,7 @@ def request_completion(
             reasoning=message.get("reasoning_content"),
             finish_reason=choice.get("finish_reason"),
             completion_tokens=usage.get("completion_tokens"),
+            spec_verify_ct=_spec_verify_ct(body),
         )
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise ValueError(f"malformed chat-completion response: {type(exc).__name__}: {exc}") from exc
@@ -162,6 +175,7 @@ def attempt(
         response=completion.content,
         reasoning=completion.reasoning,
         code=extraction.code,
+        spec_verify_ct=completion.spec_verify_ct,
     )
 
 
@@ -173,6 +187,7 @@ def summarize(records: list[dict], settings: CodingSettings, simulated: bool, sa
     passed = sum(r["passed"] for r in answered)
     truncated = sum(r["truncated"] for r in answered)
     untruncated = [r for r in answered if not r["truncated"]]
+    spec = [r for r in answered if r.get("spec_verify_ct") and r.get("completion_tokens")]
     after_retry = None
     if settings.retry_truncated_max_tokens is not None and total:
         final = [r["retry"]["passed"] if r["retry"] else r["passed"] for r in answered]
@@ -192,6 +207,9 @@ def summarize(records: list[dict], settings: CodingSettings, simulated: bool, sa
         "max_tokens": settings.max_tokens,
         "retry_max_tokens": settings.retry_truncated_max_tokens,
         "pass_at_1_after_retry": after_retry,
+        "acceptance_length": (sum(r["completion_tokens"] for r in spec) / sum(r["spec_verify_ct"] for r in spec)
+                              if spec else None),
+        "acceptance_requests": len(spec),
         "sandbox": {
             "isolation": sandbox.isolation,
             "requested": sandbox.requested,

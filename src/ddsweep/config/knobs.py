@@ -62,11 +62,12 @@ class KnobRoute:
     env: tuple[str, ...]
     verify_server_args: tuple[str, ...]
     verify_log_patterns: tuple[int, ...]
+    verify_launch_command: tuple[int, ...]
 
     @property
     def verified(self) -> bool:
-        """Whether any configured check (server_args or a log pattern) depends on this knob."""
-        return bool(self.verify_server_args or self.verify_log_patterns)
+        """Whether any configured check (server_args, a log pattern, a launch_command fragment) reads this knob."""
+        return bool(self.verify_server_args or self.verify_log_patterns or self.verify_launch_command)
 
 
 def knob_routes(preset: Mapping[str, Any]) -> dict[str, KnobRoute]:
@@ -84,6 +85,7 @@ def knob_routes(preset: Mapping[str, Any]) -> dict[str, KnobRoute]:
             env=tuple(k for k, v in preset.get("env", {}).items() if uses(v)),
             verify_server_args=tuple(k for k, v in verify.get("server_args", {}).items() if uses(v)),
             verify_log_patterns=tuple(i for i, p in enumerate(verify.get("log_patterns", [])) if uses(p)),
+            verify_launch_command=tuple(i for i, p in enumerate(verify.get("launch_command", [])) if uses(p)),
         )
     return routes
 

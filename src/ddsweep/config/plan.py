@@ -82,7 +82,8 @@ def estimate_minutes(config: dict, n_points: int) -> dict[str, float]:
     """GPU-time estimate for `n_points` jobs from the configured startup and per-cell times."""
     est = config["resources"]["estimate"]
     bench = config["benchmark"]
-    cells = len(bench["contexts"]) * len(bench["concurrency"]) * bench["repeats"]
+    cells = sum(len(w.get("contexts") or bench["contexts"]) * len(w.get("concurrency") or bench["concurrency"])
+                for w in bench["workloads"]) * bench["repeats"]
     coding = est["coding_min"] if config["coding_eval"]["enabled"] else 0.0
     per_point = est["startup_min"] + cells * est["cell_min"] + coding
     gpus = config["resources"]["gpus"]

@@ -10,6 +10,7 @@ per repeat.
 from __future__ import annotations
 
 import copy
+import statistics
 from collections.abc import Iterable
 
 from ddsweep.config.knobs import effective_tree
@@ -43,7 +44,14 @@ def screen_benchmark(config: dict) -> dict:
         bench["concurrency"] = sorted({r["concurrency"] for r in regimes})
     bench["requests_per_cell"] = screen_settings(config)["requests_per_cell"]
     bench["repeats"] = 1
+    # Only the primary workload (the one the regimes are measured on), at the regimes' cells.
+    bench["workloads"] = [{**bench["workloads"][0], "contexts": None, "concurrency": None}]
     return bench
+
+
+def primary_workload(config: dict) -> str:
+    """The name of the workload the regimes are measured on: the first of `benchmark.workloads`."""
+    return config["benchmark"]["workloads"][0]["name"]
 
 
 def screen_record(config: dict, point: Point) -> dict:
@@ -149,16 +157,18 @@ def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
     points = running_points(config)
     n = len(points)
     screen_cfg = screen_settings(config)
-    est = config.get("resources", {}).get("estimate", {})
-    startup, cell = est.get("startup_min", 10), est.get("cell_min", 1.5)
-    coding = est.get("coding_min", 15) if config.get("coding_eval", {}).get("enabled", True) else 0.0
-    bench = config["benchmark"]
+    est = config["resources"]["estimate"]
     sbench = screen_benchmark(config)
-    scale = sbench["requests_per_cell"] / max(1, bench.get("requests_per_cell", 32))
-    screen_point = startup + len(sbench["contexts"]) * len(sbench["concurrency"]) * cell * scale
+    bench = config["benchmark"]
+    full = bench["requests_per_cell"] or statistics.fmean(max(8, 4 * c) for c in sbench["concurrency"])
+    scale = sbench["requests_per_cell"] / full  # cell_min is the time of a full cell
+    screen_point = est["startup_min"] + len(sbench["contexts"]) * len(sbench["concurrency"]) * est["cell_min"] * scale
     launches = confirm_launches(config)
-    launch = startup + len(bench["contexts"]) * len(bench["concurrency"]) * cell
-    confirm_point = launches * launch + coding
+    one_launch = copy.deepcopy(config)
+    one_launch["benchmark"]["repeats"] = 1
+    one_launch["coding_eval"] = {**config["coding_eval"], "enabled": False}
+    coding = est["coding_min"] if config["coding_eval"]["enabled"] else 0.0
+    confirm_point = launches * estimate_minutes(one_launch, 1)["per_point_min"] + coding
     n_refine = _max_refinements(config, points)
     fraction = screen_cfg["expected_survivors"]
     n_base = len(baseline_ids(config))

@@ -288,6 +288,12 @@ def _check_analysis(config: dict) -> None:
     """Regimes must name cells of the benchmark matrix; priorities must name regimes."""
     analysis = config["analysis"]
     bench = config["benchmark"]
+    workload_names = [w["name"] for w in bench.get("workloads") or []]
+    if len(set(workload_names)) != len(workload_names):
+        raise ConfigError(f"benchmark.workloads: names must be unique, got {workload_names}")
+    for i, workload in enumerate(bench.get("workloads") or []):
+        if workload["kind"] == "jsonl" and not workload.get("path"):
+            raise ConfigError(f"benchmark.workloads[{i}] ({workload['name']}): kind jsonl needs a path")
     names = []
     for i, regime in enumerate(analysis.get("regimes", [])):
         where = f"analysis.regimes[{i}]"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
 import shutil
 import socket
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +60,66 @@ def git_state(path: Path) -> tuple[str | None, bool | None]:
     return commit.strip(), bool(status and status.strip())
 
 
-def collect_environment(server_info: dict | None, simulated: bool, workdir: Path | None = None) -> dict[str, Any]:
+# Distributions whose versions identify the engine build (sgl-kernel was renamed sglang-kernel by 0.5.23).
+ENGINE_PACKAGES = ("sglang", "sgl-kernel", "sglang-kernel", "torch", "flashinfer-python", "flashinfer",
+                   "transformers")
+# Run by the launcher's interpreter: versions by importlib.metadata, and where the sglang package lives.
+PROBE = """import importlib.metadata as md, importlib.util, json, os, sys
+out = {"executable": sys.executable, "python": sys.version.split()[0], "packages": {}}
+for name in sys.argv[1:]:
+    try:
+        out["packages"][name] = md.version(name)
+    except md.PackageNotFoundError:
+        out["packages"][name] = None
+spec = importlib.util.find_spec("sglang")
+out["sglang_dir"] = os.path.dirname(spec.origin) if spec and spec.origin else None
+print(json.dumps(out))
+"""
+
+
+def source_checkout(package_dir: str | None) -> dict[str, Any] | None:
+    """Commit and dirty flag of the git work tree that tracks `package_dir` (a source checkout of SGLang), else
+    None; a site-packages directory inside some other repository's ignored .venv is not a checkout."""
+    if not package_dir or not Path(package_dir).is_dir():
+        return None
+    tracked = _run(["git", "ls-files", "--error-unmatch", "__init__.py"], cwd=Path(package_dir))
+    if tracked is None:
+        return None
+    commit, dirty = git_state(Path(package_dir))
+    top = _run(["git", "rev-parse", "--show-toplevel"], cwd=Path(package_dir))
+    return {"commit": commit, "dirty": dirty, "path": top.strip() if top else None}
+
+
+def engine_provenance(launcher: list[str] | None, env: Mapping[str, str] | None = None,
+                      timeout: float = 120.0) -> dict[str, Any]:
+    """Versions of the engine's packages as the launcher's own Python sees them, and SGLang's git state.
+
+    The launcher's first word is run as a Python interpreter; a launcher that is not one (a wrapper script)
+    is recorded as such, never replaced by ddsweep's own interpreter."""
+    if not launcher:
+        return {"probed": False, "reason": "no launcher command"}
+    program = launcher[0]
+    if "python" not in Path(program).name:
+        return {"probed": False, "interpreter": program,
+                "reason": f"the launcher {program!r} is not a Python interpreter; versions not probed"}
+    try:
+        done = subprocess.run([program, "-c", PROBE, *ENGINE_PACKAGES], capture_output=True, text=True,
+                              timeout=timeout, check=False, env={**os.environ, **(env or {})})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"probed": False, "interpreter": program, "reason": f"{type(exc).__name__}: {exc}"}
+    try:
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"probed": False, "interpreter": program,
+                "reason": f"exit {done.returncode}: {(done.stderr or done.stdout)[-300:]!r}"}
+    return {"probed": True, "interpreter": found["executable"], "python": found["python"],
+            "packages": found["packages"], "sglang_dir": found["sglang_dir"],
+            "sglang_source": source_checkout(found["sglang_dir"])}
+
+
+def collect_environment(server_info: dict | None, simulated: bool, workdir: Path | None = None,
+                        launcher: list[str] | None = None, launcher_env: Mapping[str, str] | None = None
+                        ) -> dict[str, Any]:
     """Everything needed to know which platform a point's figures belong to."""
     gpus = query_gpus()
     topology = _run(["nvidia-smi", "topo", "-m"])
@@ -79,7 +140,8 @@ def collect_environment(server_info: dict | None, simulated: bool, workdir: Path
         "gpu_count": len(gpus),
         "interconnect": classify_interconnect(topology),
         "topology": topology,
-        "engine": {"name": "sglang (simulated stand-in)" if simulated else "sglang", "version": version},
+        "engine": {"name": "sglang (simulated stand-in)" if simulated else "sglang", "version": version,
+                   "launcher": engine_provenance(launcher, launcher_env)},
         "ddsweep_version": __version__,
         "git_commit": commit,
         "git_dirty": dirty,

@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ddsweep.bench.loadgen import group_figures
+from ddsweep.bench.records import group_figures
 from ddsweep.storage import write_json_atomic, write_text_atomic
 
 # Files copied from the first launch (the server and platform of every launch are listed in launches.json).

@@ -19,9 +19,12 @@ from typing import Any
 
 import httpx
 
-from ddsweep.config.knobs import KNOBS
+from ddsweep.config.knobs import KNOBS, unverified_knobs
 
 # Every process started for a server carries this variable; stop() finds escaped descendants by it.
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+# Added to the recorded server_info.json: which of SERVER_INFO_PATHS answered.
+INFO_ENDPOINT_KEY = "ddsweep_endpoint"
 OWNER_ENV = "DDSWEEP_SERVER_OWNER"
 PORT_IN_USE = re.compile(r"address already in use|errno 98|port .* (is )?(already )?in use", re.IGNORECASE)
 
@@ -44,6 +47,8 @@ class ServerSpec:
     port: int
     expected_server_args: dict[str, Any] = field(default_factory=dict)
     log_patterns: list[str] = field(default_factory=list)
+    launch_command: list[str] = field(default_factory=list)
+    unverified_knobs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -96,8 +101,11 @@ def render_server(record: Mapping[str, Any], port: int) -> ServerSpec:
     verify = preset.get("verify", {})
     expected = {k: _fill(v, values) for k, v in verify.get("server_args", {}).items()}
     patterns = [str(_fill(p, values)) for p in verify.get("log_patterns", [])]
+    launch = [str(_fill(p, values)) for p in verify.get("launch_command", [])]
     return ServerSpec(command=command, env=env, host=host, port=port,
-                      expected_server_args=expected, log_patterns=patterns)
+                      expected_server_args=expected, log_patterns=patterns, launch_command=launch,
+                      unverified_knobs={k: point.get(k) for k in unverified_knobs(preset)
+                                                        if point.get(k) is not None})
 
 
 def log_tail(path: Path, lines: int = 30) -> str:
@@ -185,21 +193,28 @@ class ManagedServer:
             return ""
 
     def server_info(self) -> dict:
-        """GET /get_server_info (or /server_info on builds that renamed it)."""
+        """GET /server_info (SGLang 0.5.23); /get_server_info only when /server_info is 404 (older builds)."""
+        answers = []
         with httpx.Client(timeout=30.0) as client:
-            for path in ("/get_server_info", "/server_info"):
+            for path in SERVER_INFO_PATHS:
                 try:
                     response = client.get(f"{self.spec.url}{path}")
                 except httpx.HTTPError as exc:
                     raise ServerError("server_crash", f"{self.spec.url}{path} did not answer: {exc}") from exc
-                if response.status_code == 200:
-                    try:
-                        info = response.json()
-                    except ValueError as exc:
-                        raise ServerError("verify", f"{path} returned malformed JSON: {response.text[:200]!r}") from exc
-                    if isinstance(info, dict):
-                        return info
-        raise ServerError("verify", f"{self.spec.url} answers neither /get_server_info nor /server_info")
+                if response.status_code == 404:
+                    answers.append(f"{path}: HTTP 404")
+                    continue
+                try:
+                    info = response.json() if response.status_code == 200 else None
+                except ValueError:
+                    info = None
+                if not isinstance(info, dict):
+                    raise ServerError("verify", f"GET {self.spec.url}{path} answered HTTP {response.status_code} "
+                                      f"without a JSON object: {response.text[:200]!r}")
+                info.setdefault(INFO_ENDPOINT_KEY, path)
+                return info
+        raise ServerError("verify", f"{self.spec.url} answers neither /server_info nor /get_server_info "
+                          f"({'; '.join(answers)})")
 
     def stop(self) -> list[int]:
         """SIGTERM the process group, wait, then SIGKILL it and every process carrying our owner token.
@@ -302,28 +317,34 @@ def _same(expected: Any, actual: Any) -> bool:
 
 
 def verify_settings(spec: ServerSpec, server_info: Mapping[str, Any], log_text: str) -> dict:
-    """Check every expected server_args value and log pattern; returns the verification record."""
-    args = server_info.get("server_args")
+    """Check the resolved arguments (top level of /server_info), launch_command and log patterns; the record
+    names the knobs no check covers as `unverified`."""
+    args = server_info
     checks = []
     for key, expected in spec.expected_server_args.items():
-        if not isinstance(args, Mapping):
-            checks.append({"source": "server_args", "key": key, "expected": expected, "actual": None, "ok": False,
-                           "reason": "get_server_info has no server_args mapping"})
-            continue
         if key not in args:
             ok = expected is None
             checks.append({"source": "server_args", "key": key, "expected": expected, "actual": None, "ok": ok,
-                           "reason": None if ok else f"server_args has no key {key!r}; this build may name it "
-                           "differently: fix the preset's verify.server_args"})
+                           "reason": None if ok else f"/server_info has no top-level key {key!r}; this build may "
+                           "name it differently: fix the preset's verify.server_args"})
             continue
         ok = _same(expected, args[key])
         checks.append({"source": "server_args", "key": key, "expected": expected, "actual": args[key], "ok": ok,
                        "reason": None if ok else "the server applied a different value"})
+    launch = server_info.get("launch_command")
+    for needle in spec.launch_command:
+        ok = isinstance(launch, str) and needle in launch
+        checks.append({"source": "launch_command", "expected": needle, "actual": launch, "ok": ok,
+                       "reason": None if ok else ("/server_info has no launch_command" if not isinstance(launch, str)
+                                                  else "not in the server's launch_command")})
     for pattern in spec.log_patterns:
         ok = re.search(pattern, log_text, re.MULTILINE) is not None
         checks.append({"source": "log", "pattern": pattern, "ok": ok,
                        "reason": None if ok else "pattern not found in the server log"})
-    return {"ok": all(c["ok"] for c in checks), "checks": checks}
+    unverified = [{"knob": k, "value": v, "reason": "no verify check of the preset reads this knob"}
+                  for k, v in spec.unverified_knobs.items()]
+    return {"ok": all(c["ok"] for c in checks), "endpoint": server_info.get(INFO_ENDPOINT_KEY),
+            "checks": checks, "unverified": unverified}
 
 
 def describe_failed_checks(verification: Mapping[str, Any]) -> str:
@@ -335,6 +356,8 @@ def describe_failed_checks(verification: Mapping[str, Any]) -> str:
         if check["source"] == "server_args":
             lines.append(f"server_args.{check['key']}: expected {check['expected']!r}, "
                          f"server reports {check['actual']!r} ({check['reason']})")
+        elif check["source"] == "launch_command":
+            lines.append(f"launch_command should contain {check['expected']!r}: {check['reason']}")
         else:
             lines.append(f"log pattern {check['pattern']!r}: {check['reason']}")
     return "\n".join(lines)

@@ -151,7 +151,7 @@ def _start_server(record: dict, out_dir: Path, run: PointRun, progress: Callable
 
 
 def _verify(server: ManagedServer, out_dir: Path, run: PointRun) -> dict:
-    """Record /get_server_info and fail the point if the server did not apply every configured knob."""
+    """Record /server_info and fail the point if the server did not apply every configured knob."""
     try:
         info = server.server_info()
     except ServerError as exc:
@@ -184,7 +184,7 @@ def _check_alive(server: ManagedServer, step: str) -> None:
 def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun,
                progress: Callable[[str], None]) -> None:
     """Run the benchmark matrix against the server."""
-    from ddsweep.bench.loadgen import BenchmarkError, BenchSettings, run_benchmark
+    from ddsweep.bench.cells import BenchmarkError, BenchSettings, run_benchmark
 
     bench = record["benchmark"]
     settings = BenchSettings(**{k: v for k, v in bench.items() if k in BenchSettings.__dataclass_fields__})
@@ -227,7 +227,8 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
             run.steps["server"] = "ok"
             info = _verify(server, out_dir, run)
             run.steps["verify"] = "ok"
-            write_json_atomic(out_dir / "environment.json", collect_environment(info, run.simulated))
+            write_json_atomic(out_dir / "environment.json", collect_environment(
+                info, run.simulated, launcher=server.spec.command, launcher_env=server.spec.env))
             run.steps["bench"] = "started"
             _benchmark(record, server, out_dir, run, progress)
             run.steps["bench"] = "ok"

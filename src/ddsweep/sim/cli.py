@@ -1,7 +1,9 @@
 """`ddsweep sim-server`: a stand-in SGLang server for tests and demos (every output is labelled simulated).
 
-It accepts the same command-line flags as `python -m sglang.launch_server` (unknown ones are echoed into
-`server_args`), plus `--sim-*` flags for its timing model, seed and fault injection.
+Strict (when the sglang package imports, see ddsweep.sim.contract): it parses the command line with SGLang's
+own parser plus PR #29907's `--speculative-ddtree-budget`, so an unknown or malformed flag fails as it does on
+SGLang. Lenient otherwise: it declares the flags it uses and echoes unknown ones into the server arguments.
+Both add `--sim-*` flags for its timing model, seed, fault injection and strictness.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import random
 from typing import Any
 
 from ddsweep.config.knobs import KNOBS
+from ddsweep.sim import contract as sglang_contract
 from ddsweep.sim.model import Knobs, ModelParams, stable_hash
 from ddsweep.sim.server import FAULT_KINDS, Fault, SimSettings, log, run
 
@@ -28,28 +31,53 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=main)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full flag parser of the stand-in (used on the arguments after `sim-server`)."""
+def build_parser(contract: sglang_contract.Contract | None = None) -> argparse.ArgumentParser:
+    """The full flag parser of the stand-in (used on the arguments after `sim-server`): SGLang's own when strict."""
     parser = argparse.ArgumentParser(prog="ddsweep sim-server", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
+    if contract is not None and contract.strict:
+        sglang_contract.add_server_args(parser, contract)
+        add_sim_arguments(parser)
+    else:
+        add_arguments(parser)
     return parser
 
 
+def strict_mode(argv: list[str]) -> str:
+    """The value of --sim-strict in `argv` (auto when absent), read before the parser is built."""
+    for i, token in enumerate(argv):
+        if token == "--sim-strict" and i + 1 < len(argv):
+            return argv[i + 1]
+        if token.startswith("--sim-strict="):
+            return token.split("=", 1)[1]
+    return "auto"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declare SGLang's own flags that the stand-in understands, and the `--sim-*` flags."""
+    """The lenient stand-in's flags (what `ddsweep preflight` checks a stand-in command line against)."""
+    add_lenient_server_arguments(parser)
+    add_sim_arguments(parser)
+
+
+def add_lenient_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare SGLang's own flags that the lenient stand-in understands (dests as in SGLang's ServerArgs)."""
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--model-path", "--model", dest="model_path", required=True)
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--speculative-algorithm", choices=["DDTREE", "DFLASH"], type=str.upper, default=None)
     parser.add_argument("--speculative-draft-model-path", default=None)
-    parser.add_argument("--speculative-dflash-block-size", "--speculative-num-draft-tokens",
-                        dest="block_size", type=int, default=None)
-    parser.add_argument("--speculative-ddtree-budget", dest="budget", type=int, default=None)
-    parser.add_argument("--speculative-draft-window-size", "--speculative-dflash-draft-window-size",
-                        dest="window", type=int, default=None)
+    parser.add_argument("--speculative-dflash-block-size", type=int, default=None)
+    parser.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    parser.add_argument("--speculative-ddtree-budget", type=int, default=None)
+    parser.add_argument("--speculative-draft-window-size", type=int, default=None)
+
+
+def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
+    """The stand-in's own `--sim-*` flags."""
     sim = parser.add_argument_group("stand-in only")
+    sim.add_argument("--sim-strict", choices=["auto", "on", "off"], default="auto",
+                     help="validate with SGLang's own parser and request classes: auto = when sglang imports")
     sim.add_argument("--sim-startup-delay", type=float, default=0.0, help="seconds /health answers 503")
     sim.add_argument("--sim-seed", type=int, default=0)
     sim.add_argument("--sim-trained-block-size", type=int, default=8)
@@ -117,15 +145,41 @@ def _scalar(value: str) -> Any:
     return value
 
 
-def build_settings(args: argparse.Namespace, unknown: dict[str, Any], env: dict[str, str]) -> SimSettings:
-    """Resolve the knobs the stand-in applies (honouring ignore-knob faults) and the echoed server_args."""
+def resolve_args(args: argparse.Namespace, unknown: dict[str, Any]) -> dict[str, Any]:
+    """The server arguments after the resolutions SGLang 0.5.23 makes for the knobs the stand-in models.
+
+    `_handle_dflash` (arg_groups/speculative_hook.py) sets `speculative_num_draft_tokens` from
+    `--speculative-dflash-block-size` and rejects the two when they differ, or a draft window below the block
+    size; `served_model_name` defaults to the model path."""
+    resolved = {k: v for k, v in vars(args).items() if not k.startswith("sim_")}
+    for key, value in unknown.items():
+        resolved.setdefault(key, value)
+    algo = resolved.get("speculative_algorithm")
+    resolved["speculative_algorithm"] = algo.upper() if isinstance(algo, str) else algo
+    resolved["served_model_name"] = resolved.get("served_model_name") or resolved["model_path"]
+    block, tokens = resolved.get("speculative_dflash_block_size"), resolved.get("speculative_num_draft_tokens")
+    if resolved["speculative_algorithm"] in ("DFLASH", "DDTREE"):
+        if block is not None and tokens is not None and int(block) != int(tokens):
+            raise ValueError("Both --speculative-num-draft-tokens and --speculative-dflash-block-size are set but "
+                             f"they differ. speculative_num_draft_tokens={tokens}, "
+                             f"speculative_dflash_block_size={block}.")
+        resolved["speculative_num_draft_tokens"] = block if block is not None else tokens
+    return resolved
+
+
+def build_settings(args: argparse.Namespace, unknown: dict[str, Any], env: dict[str, str],
+                   strict: bool = False) -> SimSettings:
+    """Resolve the knobs the stand-in applies (honouring ignore-knob faults) and the reported server arguments."""
     faults = parse_faults(args.sim_fault)
     ignored = {f.arg for f in faults if f.kind == "ignore-knob"}
-    algo = args.speculative_algorithm
+    resolved = resolve_args(args, unknown)
+    algo = resolved["speculative_algorithm"]
     kind = {"DDTREE": "ddtree", "DFLASH": "dflash"}.get(algo or "", "ar")
-    block = args.block_size if args.block_size and "block_size" not in ignored else args.sim_trained_block_size
-    window = args.window if "window" not in ignored else None
-    budget = args.budget if args.budget and "budget" not in ignored else DEFAULT_BUDGET
+    asked_block = resolved.get("speculative_num_draft_tokens")
+    block = asked_block if asked_block and "block_size" not in ignored else args.sim_trained_block_size
+    window = resolved.get("speculative_draft_window_size") if "window" not in ignored else None
+    asked_budget = resolved.get("speculative_ddtree_budget")
+    budget = asked_budget if asked_budget and "budget" not in ignored else DEFAULT_BUDGET
     env_topk = env.get("SGLANG_DDTREE_MAX_TOPK")
     topk = int(env_topk) if env_topk and "topk" not in ignored else DEFAULT_TOPK
     if kind == "ar":
@@ -135,28 +189,24 @@ def build_settings(args: argparse.Namespace, unknown: dict[str, Any], env: dict[
     else:
         knobs = Knobs("ddtree", budget, topk, block, window)
     if knobs.window is not None and knobs.block_size and knobs.window < knobs.block_size:
-        raise ValueError(f"draft window size {knobs.window} must be >= block size {knobs.block_size}")
+        raise ValueError(f"--speculative-draft-window-size must be >= --speculative-num-draft-tokens (block_size). "
+                         f"window_size={knobs.window}, block_size={knobs.block_size}.")
     step_ms = args.sim_step_ms * launch_factor(args.sim_launch_noise, args.sim_launch_seed)
     params = ModelParams(step_ms=step_ms, token_cost=args.sim_token_cost, draft_frac=args.sim_draft_frac,
                          draft_batch_frac=args.sim_draft_batch_frac, prefill_ms_per_1k=args.sim_prefill_ms_per_1k,
                          trained_block_size=args.sim_trained_block_size, trained_window=args.sim_trained_window,
                          accept_fixed=args.sim_accept_fixed)
-    served = args.served_model_name or args.model_path
-    server_args: dict[str, Any] = {
-        "model_path": args.model_path, "served_model_name": served, "host": args.host, "port": args.port,
-        "speculative_algorithm": algo,
-        "speculative_draft_model_path": args.speculative_draft_model_path,
-        "speculative_num_draft_tokens": knobs.block_size,
-        "speculative_dflash_block_size": knobs.block_size,
-        "speculative_ddtree_budget": knobs.budget,
-        "speculative_draft_window_size": knobs.window,
-        "speculative_dflash_draft_window_size": knobs.window,
-        "random_seed": args.sim_seed,
-    }
-    server_args.update({k: v for k, v in unknown.items() if k not in server_args})
-    return SimSettings(host=args.host, port=args.port, model_path=args.model_path, served_model_name=served,
-                       knobs=knobs, params=params, seed=args.sim_seed, startup_delay_s=args.sim_startup_delay,
-                       faults=faults, server_args=server_args)
+    # What the stand-in really applies (an ignore-knob fault shows here, as a server ignoring a flag would).
+    resolved.update({"speculative_num_draft_tokens": knobs.block_size,
+                     "speculative_dflash_block_size": knobs.block_size,
+                     "speculative_ddtree_budget": knobs.budget,
+                     "speculative_draft_window_size": knobs.window})
+    if resolved.get("random_seed") is None:
+        resolved["random_seed"] = args.sim_seed
+    return SimSettings(host=resolved["host"], port=resolved["port"], model_path=resolved["model_path"],
+                       served_model_name=resolved["served_model_name"], knobs=knobs, params=params,
+                       seed=args.sim_seed, startup_delay_s=args.sim_startup_delay, faults=faults,
+                       server_args=resolved, strict=strict)
 
 
 def launch_factor(cv: float, seed: int | None) -> float:
@@ -184,13 +234,27 @@ def config_line(knobs: Knobs) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """Entry point of `ddsweep sim-server`: parse SGLang-style flags, log like SGLang, serve."""
-    known, rest = build_parser().parse_known_args(args.sim_argv)
+    argv = list(args.sim_argv)
     try:
-        settings = build_settings(known, parse_unknown(rest), dict(os.environ))
+        contract = sglang_contract.load(strict_mode(argv))
+    except RuntimeError as exc:
+        log(f"RuntimeError: {exc} [simulated]")
+        return 2
+    parser = build_parser(contract)
+    if contract.strict:
+        known, unknown = parser.parse_args(argv), {}
+    else:
+        known, rest = parser.parse_known_args(argv)
+        unknown = parse_unknown(rest)
+    try:
+        settings = build_settings(known, unknown, dict(os.environ), strict=contract.strict)
     except ValueError as exc:
         log(f"ValueError: {exc} [simulated]")
         return 2
-    fields = ", ".join(f"{k}={v!r}" for k, v in settings.server_args.items())
+    settings.contract = contract
+    settings.launch_command = " ".join(argv)  # SGLang records its argv joined by spaces
+    log(f"Stand-in contract: {contract.label()} [simulated]")
+    fields = ", ".join(f"{k}={v!r}" for k, v in settings.server_args.items() if v is not None)
     log(f"server_args=ServerArgs({fields}) [simulated]")
     log(config_line(settings.knobs))
     return run(settings)

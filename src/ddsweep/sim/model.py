@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 from dataclasses import dataclass
 
 from ddsweep.sim.tokenizer import pieces as _pieces
@@ -60,6 +61,8 @@ class ModelParams:
     trained_window: int = 2048
     accept_fixed: int | None = None
     q0: float = 0.85
+    q0_code: float = 0.92
+    q0_post_eos: float = 0.985
     q_decay: float = 0.92
     beyond_factor: float = 0.9
     branch_gain: float = 0.3
@@ -90,7 +93,23 @@ def prefill_time_s(params: ModelParams, prompt_tokens: int) -> float:
     return params.prefill_ms_per_1k * prompt_tokens / 1_000_000.0
 
 
-def depth_probabilities(params: ModelParams, knobs: Knobs) -> list[float]:
+# Prompt kinds of the acceptance model: code is more predictable than prose, and text generated past the
+# natural end of sequence (`ignore_eos`) repeats, which a drafter predicts best of all.
+PROMPT_KINDS = ("prose", "code", "post_eos")
+_CODE_RE = re.compile(r"```python|^\s*def \w+\(", re.MULTILINE)
+
+
+def prompt_kind(prompt: str) -> str:
+    """"code" when the prompt holds Python code (a fenced block or a `def` line), else "prose"."""
+    return "code" if _CODE_RE.search(prompt) else "prose"
+
+
+def _first_depth_q(params: ModelParams, kind: str) -> float:
+    """Acceptance probability of the first draft depth for a prompt kind."""
+    return {"prose": params.q0, "code": params.q0_code, "post_eos": params.q0_post_eos}[kind]
+
+
+def depth_probabilities(params: ModelParams, knobs: Knobs, kind: str = "prose") -> list[float]:
     """Probability that draft depth j is accepted given depth j-1 was; the list length is the maximum depth."""
     if knobs.kind == "ar":
         return []
@@ -106,19 +125,19 @@ def depth_probabilities(params: ModelParams, knobs: Knobs) -> list[float]:
     window_factor = 1.0 if knobs.window == params.trained_window else 0.985
     probs = []
     for j in range(1, depth + 1):
-        q = params.q0 * params.q_decay ** (j - 1) * window_factor
+        q = _first_depth_q(params, kind) * params.q_decay ** (j - 1) * window_factor
         if j >= params.trained_block_size:
             q *= params.beyond_factor
         probs.append(1.0 - (1.0 - q) ** width)
     return probs
 
 
-def expected_accept_length(params: ModelParams, knobs: Knobs) -> float:
-    """Mean tokens accepted per verify step (accepted drafts plus the bonus token)."""
+def expected_accept_length(params: ModelParams, knobs: Knobs, kind: str = "prose") -> float:
+    """Mean tokens accepted per verify step (accepted drafts plus the bonus token) for a prompt kind."""
     if params.accept_fixed is not None and knobs.kind != "ar":
         return float(params.accept_fixed)
     total, survive = 1.0, 1.0
-    for p in depth_probabilities(params, knobs):
+    for p in depth_probabilities(params, knobs, kind):
         survive *= p
         total += survive
     return total
@@ -131,21 +150,29 @@ def stable_hash(*parts: object) -> int:
 
 
 class AcceptanceSampler:
-    """Draws accepted-token counts for one request, step by step, reproducible from (seed, prompt)."""
+    """Draws accepted-token counts for one request, step by step, reproducible from (seed, prompt).
 
-    def __init__(self, params: ModelParams, knobs: Knobs, seed: int, prompt_key: int) -> None:
+    The probabilities depend on the prompt's kind; from output position `eos_at` on (a request with
+    `ignore_eos` past its natural end) they are those of repeated text.
+    """
+
+    def __init__(self, params: ModelParams, knobs: Knobs, seed: int, prompt_key: int, kind: str = "prose",
+                 eos_at: int | None = None) -> None:
         """Prepare the per-depth probabilities and a random stream seeded by (seed, prompt)."""
         self._fixed = params.accept_fixed if knobs.kind != "ar" else 1
-        self._probs = depth_probabilities(params, knobs)
+        self._probs = depth_probabilities(params, knobs, kind)
+        self._post_eos = depth_probabilities(params, knobs, "post_eos")
+        self._eos_at = eos_at
         self._rng = random.Random(stable_hash("accept", seed, prompt_key))
 
-    def draw(self) -> int:
-        """Tokens accepted by the next verify step (at least 1)."""
+    def draw(self, position: int = 0) -> int:
+        """Tokens accepted by the verify step that starts at output token `position` (at least 1)."""
         if self._fixed is not None:
             return self._fixed
         accepted = 1
         rand = self._rng.random
-        for p in self._probs:
+        past_eos = self._eos_at is not None and position >= self._eos_at
+        for p in self._post_eos if past_eos else self._probs:
             if rand() >= p:
                 break
             accepted += 1

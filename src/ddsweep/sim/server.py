@@ -20,6 +20,8 @@ from typing import Any
 
 from ddsweep import __version__
 from ddsweep.sim import tokenizer
+from ddsweep.sim.contract import Contract, check_request
+from ddsweep.sim.contract import server_info as build_info
 from ddsweep.sim.http import Connection, HttpRequest
 from ddsweep.sim.model import (
     AcceptanceSampler,
@@ -30,6 +32,7 @@ from ddsweep.sim.model import (
     is_lossy_prompt,
     natural_length,
     prefill_time_s,
+    prompt_kind,
     stable_hash,
     step_time_s,
 )
@@ -39,6 +42,10 @@ CONTEXT_LENGTH = 262144
 FAULT_KINDS = ("exit-during-startup", "never-healthy", "crash-after", "hang", "error-rate", "malformed-rate",
                "cut-stream-rate", "ignore-sigterm", "slow-shutdown", "spawn-child", "ignore-knob", "lossy")
 LOG_EVERY_STEPS = 40
+# The meta_info keys SGLang 0.5.23 copies into an OpenAI response's sglext.spec_tokens_details.
+SPEC_DETAIL_KEYS = ("spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",
+                    "spec_verify_ct")
+RENDERED_CACHE = 4096  # templated prompts remembered by /tokenize, so /generate input_ids can be traced back
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,9 @@ class SimSettings:
     startup_delay_s: float = 0.0
     faults: list[Fault] = field(default_factory=list)
     server_args: dict[str, Any] = field(default_factory=dict)
+    strict: bool = False
+    contract: Contract = field(default_factory=lambda: Contract(False, "built without a contract"))
+    launch_command: str = ""
 
     def fault(self, kind: str) -> Fault | None:
         """The first fault of `kind`, if injected."""
@@ -122,6 +132,7 @@ class SimServer:
         self.s = settings
         self.spec = settings.knobs.kind != "ar"
         self.boot = time.monotonic()
+        self.boot_wall = time.time()
         self.ready = False
         self.connections: set[Connection] = set()
         self.waiting: list[GenRequest] = []
@@ -134,6 +145,7 @@ class SimServer:
         self.generate_count = 0
         self.step_count = 0
         self._ids = itertools.count(1)
+        self._rendered: dict[int, str] = {}
         self._fault_rngs = {k: random.Random(stable_hash("fault", k, settings.seed))
                             for k in ("error-rate", "malformed-rate", "cut-stream-rate")}
         self._stop: asyncio.Future | None = None
@@ -224,7 +236,7 @@ class SimServer:
             for req in batch:
                 if req.cancelled:
                     continue
-                n = min(req.sampler.draw(), len(req.pieces) - req.completion_tokens)
+                n = min(req.sampler.draw(req.completion_tokens), len(req.pieces) - req.completion_tokens)
                 if self.spec:
                     req.verify_ct += 1
                     self.total_verify += 1
@@ -282,6 +294,7 @@ class SimServer:
             ("POST", "/v1/chat/completions"): self._chat,
             ("POST", "/v1/completions"): self._completions,
             ("POST", "/tokenize"): self._tokenize,
+            ("POST", "/v1/tokenize"): self._tokenize,
             ("GET", "/sim/stats"): self._stats,
             ("POST", "/sim/reset"): self._reset,
         }
@@ -295,6 +308,17 @@ class SimServer:
         if not self.ready and req.path not in ("/health", "/get_server_info", "/server_info", "/sim/stats"):
             conn.respond_json(503, {"error": {"message": "server is starting"}, "simulated": True})
             return
+        if req.method == "POST" and not req.path.startswith("/sim/"):
+            try:
+                body = req.json()
+            except ValueError as exc:
+                conn.respond_json(400, {"object": "error", "message": f"JSON decode error: {exc}",
+                                        "type": "Bad Request", "param": None, "code": 400})
+                return
+            rejected = check_request(self.s.contract, req.path, body)
+            if rejected is not None:
+                conn.respond_json(*rejected)
+                return
         try:
             route(conn, req)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -313,11 +337,13 @@ class SimServer:
         self._submit(gen)
 
     def server_info(self) -> dict:
-        """The /get_server_info document."""
-        return {"server_args": dict(self.s.server_args),
-                "internal_states": [{"avg_spec_accept_length": self.avg_accept_length(),
-                                     "last_gen_throughput": 0.0}],
-                "version": f"sim-{__version__}", "simulated": True}
+        """The /server_info document in SGLang 0.5.23's layout: resolved arguments at the top level."""
+        internal = [{"avg_spec_accept_length": self.avg_accept_length(), "last_gen_throughput": 0.0}]
+        scheduler = {"max_total_num_tokens": CONTEXT_LENGTH, "max_req_input_len": CONTEXT_LENGTH - 1}
+        return build_info(self.s.contract, self.s.server_args, self.s.launch_command, scheduler,
+                          {"startup_time": self.boot_wall, "internal_states": internal,
+                           "version": f"sim-{__version__}", "frontend": "python", "simulated": True,
+                           "strict": self.s.strict, "contract": self.s.contract.label()})
 
     def _server_info(self, conn: Connection, req: HttpRequest) -> None:
         conn.respond_json(200, self.server_info())
@@ -331,16 +357,37 @@ class SimServer:
              "root": self.s.model_path, "max_model_len": CONTEXT_LENGTH}]})
 
     def _tokenize(self, conn: Connection, req: HttpRequest) -> None:
+        """SGLang's /tokenize: `prompt` (string or list) or chat `messages`; answers tokens, count, max_model_len."""
         body = req.json()
-        text = body.get("text", body.get("prompt", ""))
+        if body.get("messages") is not None:
+            if body.get("prompt") is not None:
+                raise ValueError("Exactly one of 'prompt' or 'messages' must be provided.")
+            rendered = render_chat(body["messages"])
+            ids = tokenizer.token_ids(rendered)
+            self._remember(ids, rendered)
+            conn.respond_json(200, {"tokens": ids, "count": len(ids), "max_model_len": CONTEXT_LENGTH})
+            return
+        text = body.get("prompt", body.get("text", "")) if not self.s.strict else body["prompt"]
         if isinstance(text, list):
-            ids = [tokenizer.token_ids(t) for t in text]
-            conn.respond_json(200, {"tokens": ids, "count": [len(i) for i in ids],
-                                    "max_model_len": CONTEXT_LENGTH, "simulated": True})
+            ids = [tokenizer.token_ids(str(t)) for t in text]
+            conn.respond_json(200, {"tokens": ids, "count": [len(i) for i in ids], "max_model_len": CONTEXT_LENGTH})
             return
         ids = tokenizer.token_ids(str(text))
-        conn.respond_json(200, {"tokens": ids, "count": len(ids), "max_model_len": CONTEXT_LENGTH,
-                                "simulated": True})
+        self._remember(ids, str(text))
+        conn.respond_json(200, {"tokens": ids, "count": len(ids), "max_model_len": CONTEXT_LENGTH})
+
+    def _remember(self, ids: list[int], text: str) -> None:
+        """Keep the text behind token ids (the stand-in's ids cannot be decoded), oldest forgotten first."""
+        self._rendered[stable_hash(tuple(ids))] = text
+        while len(self._rendered) > RENDERED_CACHE:
+            del self._rendered[next(iter(self._rendered))]
+
+    def _text_of_ids(self, ids: list) -> str:
+        """The text a list of `input_ids` came from (via /tokenize), or a stand-in text of its length."""
+        if not ids or not all(isinstance(i, int) for i in ids):
+            raise ValueError("input_ids must be a non-empty list of integers")
+        key = stable_hash(tuple(ids))
+        return self._rendered.get(key) or " ".join(f"t{key % 9973}x{i}" for i in range(len(ids)))
 
     def _stats(self, conn: Connection, req: HttpRequest) -> None:
         rows = [{"rid": r.rid, "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
@@ -370,7 +417,9 @@ class SimServer:
             finish = "length" if n >= max_new else "stop"
         if not pieces:
             pieces, finish = [" "], "stop"
-        sampler = AcceptanceSampler(self.s.params, self.s.knobs, seed, stable_hash(prompt))
+        eos_at = natural_length(seed, prompt) if ignore_eos and answer is None else None
+        sampler = AcceptanceSampler(self.s.params, self.s.knobs, seed, stable_hash(prompt), prompt_kind(prompt),
+                                    eos_at)
         return GenRequest(rid=uuid.uuid4().hex, prompt=prompt, prompt_tokens=max(1, tokenizer.count(prompt)),
                           pieces=pieces, finish_type=finish, max_new_tokens=max_new, sampler=sampler,
                           on_step=lambda r, t: None, on_done=lambda r: None, record=record)
@@ -400,15 +449,22 @@ class SimServer:
                                 "finish_reason": req.finish_reason(),
                                 "e2e_latency": (req.last_token_ts or req.arrival_ts) - req.arrival_ts}
         if self.spec:
+            draft_tokens = (self.s.knobs.block_size or 1) - 1
             meta["spec_verify_ct"] = req.verify_ct
             meta["spec_accept_length"] = req.completion_tokens / req.verify_ct if req.verify_ct else 0.0
+            meta["spec_num_correct_drafts"] = max(0, req.completion_tokens - req.verify_ct)
+            meta["spec_num_proposed_drafts"] = req.verify_ct * draft_tokens
+            meta["spec_accept_rate"] = (meta["spec_num_correct_drafts"] / meta["spec_num_proposed_drafts"]
+                                        if meta["spec_num_proposed_drafts"] else 0.0)
         return meta
 
     def _generate(self, conn: Connection, req: HttpRequest) -> None:
         body = req.json()
         text = body.get("text")
+        if text is None and body.get("input_ids") is not None:
+            text = self._text_of_ids(body["input_ids"])
         if text is None:
-            raise ValueError("only 'text' input is supported by the stand-in")
+            raise ValueError("only 'text' or 'input_ids' input is supported by the stand-in")
         sp = body.get("sampling_params") or {}
         max_new = int(sp.get("max_new_tokens", 128))
         ignore_eos = bool(sp.get("ignore_eos", False))
@@ -470,8 +526,7 @@ class SimServer:
         body = req.json()
         if chat:
             messages = body.get("messages") or []
-            prompt = "".join(f"<|im_start|>{m.get('role', 'user')}\n{_content(m)}<|im_end|>\n"
-                             for m in messages) + "<|im_start|>assistant\n"
+            prompt = render_chat(messages)
             answer = self._coding(messages, self.s.seed) if self._coding else None
         else:
             prompt, answer = str(body.get("prompt", "")), None
@@ -504,6 +559,13 @@ class SimServer:
         def finish_of(r: GenRequest) -> str:
             return "length" if r.finish_type == "length" else "stop"
 
+        spec_details = bool(body.get("return_spec_tokens_details")) and self.spec
+
+        def sglext(r: GenRequest) -> dict:
+            """SGLang's response-level extension with the request's speculative details (SpecTokensDetails)."""
+            meta = self._meta(r)
+            return {"spec_tokens_details": {k: meta[k] for k in SPEC_DETAIL_KEYS}}
+
         if stream:
             gen.cut_at = max(1, len(gen.pieces) // 2) if cut else None
             conn.start_stream()
@@ -526,7 +588,12 @@ class SimServer:
                          "choices": [choice("", finish_of(r), True)], "simulated": True}
                 if include_usage:
                     final["usage"] = usage(r)
-                conn.send_chunk(b"data: " + json.dumps(final).encode() + b"\n\ndata: [DONE]\n\n")
+                tail = b""
+                if spec_details:
+                    ext = {"id": cid, "object": obj + ".chunk", "created": created, "model": model, "choices": [],
+                           "sglext": sglext(r), "simulated": True}
+                    tail = b"data: " + json.dumps(ext).encode() + b"\n\n"
+                conn.send_chunk(b"data: " + json.dumps(final).encode() + b"\n\n" + tail + b"data: [DONE]\n\n")
                 conn.end_stream()
 
             gen.on_step, gen.on_done = on_step, on_done
@@ -537,6 +604,8 @@ class SimServer:
                     return
                 doc = {"id": cid, "object": obj, "created": created, "model": model,
                        "choices": [choice(r.text, finish_of(r), False)], "usage": usage(r), "simulated": True}
+                if spec_details:
+                    doc["sglext"] = sglext(r)
                 if malformed:
                     conn.respond(200, json.dumps(doc).encode()[:20])
                 else:
@@ -550,6 +619,12 @@ class SimServer:
 
     def _completions(self, conn: Connection, req: HttpRequest) -> None:
         self._openai(conn, req, chat=False)
+
+
+def render_chat(messages: list[dict]) -> str:
+    """The stand-in's chat template (ChatML, with the assistant turn opened), as SGLang applies a model's."""
+    return "".join(f"<|im_start|>{m.get('role', 'user')}\n{_content(m)}<|im_end|>\n"
+                   for m in messages) + "<|im_start|>assistant\n"
 
 
 def _content(message: dict) -> str:

@@ -1,0 +1,316 @@
+"""The benchmark's cell runner: workloads x contexts x concurrency against SGLang's native streaming /generate.
+
+For each (workload, context, concurrency) it sends warmup requests (recorded, flagged, excluded from every
+figure) right before the first of its cells, and `repeats` cells of measured greedy requests, each with its own
+prompt (bench/workloads.py: token ids rendered by the server's chat template, sent as `input_ids`). A cell has
+`requests_per_cell` requests, by default 4·C so that C requests are in flight for most of it; its figures are
+computed over the whole cell and over the steady-state window (records.py). The measured cells of a point run
+in an order shuffled with a recorded seed, so drift during a point spreads over all cells instead of biasing
+the last ones. The requests of a cell are appended to requests.jsonl in the order they finished as soon as
+the cell is over (or fails, or is interrupted): serializing a record costs ~0.2 ms, and doing it while other
+streams are in flight delays their timestamps. cells.json is rewritten atomically after each cell.
+Acceptance is always the ratio of per-request sums, never a server counter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ddsweep import storage
+from ddsweep.bench import metrics
+from ddsweep.bench.records import RequestRecord, cell_figures, group_figures, run_request
+from ddsweep.bench.transport import _Transport, _transport
+from ddsweep.bench.workloads import Prompt, PromptBuilder, Workload, WorkloadError, cell_requests
+from ddsweep.config.defaults import schema_default
+
+PROGRESS_INTERVAL_S = 2.0
+
+
+@dataclass
+class BenchSettings:
+    """What to measure: workloads, the (context, concurrency) matrix, request counts, limits and the seeds."""
+
+    contexts: list[int]
+    concurrency: list[int]
+    max_new_tokens: int = schema_default("benchmark.max_new_tokens")
+    requests_per_cell: int | None = schema_default("benchmark.requests_per_cell")
+    repeats: int = schema_default("benchmark.repeats")
+    warmup_requests: int = schema_default("benchmark.warmup_requests")
+    max_failure_fraction: float = schema_default("benchmark.max_failure_fraction")
+    request_timeout_s: float = schema_default("benchmark.request_timeout_s")
+    seed: int = schema_default("benchmark.seed")
+    request_rate: float | None = schema_default("benchmark.request_rate")
+    http_client: str = "asyncio"
+    workloads: list[dict] = field(default_factory=lambda: schema_default("benchmark.workloads"))
+    cell_order: str = schema_default("benchmark.cell_order")
+    cell_order_seed: int | None = schema_default("benchmark.cell_order_seed")
+    context_tolerance: float = schema_default("benchmark.context_tolerance")
+
+
+class BenchmarkError(RuntimeError):
+    """A cell had more failed requests than allowed (raised after the result files are written)."""
+
+
+# --------------------------------------------------------------------------- the run
+class _Tokenizer:
+    """The server's own tokenizer and chat template through SGLang's `/tokenize` (`messages` or `prompt`)."""
+
+    def __init__(self, url: str) -> None:
+        """An HTTP client for `url` (CA certificates are loaded for https only: ~25 ms CPU)."""
+        self.url = url
+        self.client = httpx.Client(timeout=30.0, verify=url.startswith("https:"))
+
+    def __call__(self, body: dict) -> list[int]:
+        """Token ids of a /tokenize body; any other answer than SGLang's is an error naming it."""
+        resp = self.client.post(self.url + "/tokenize", json=body)
+        try:
+            tokens = resp.json().get("tokens") if resp.status_code == 200 else None
+        except ValueError:
+            tokens = None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise ValueError(f"POST {self.url}/tokenize answered HTTP {resp.status_code}: {resp.text[:300]!r}")
+        return tokens
+
+    def close(self) -> None:
+        """Close the HTTP client."""
+        self.client.close()
+
+
+@dataclass
+class _RunState:
+    """Mutable progress of a run, for the progress reporter."""
+
+    in_flight: int = 0
+    done: int = 0
+    tokens: int = 0
+    label: str = ""
+
+
+async def _run_cell(transport: _Transport, url: str, prompt_list: list[Prompt], records: list[RequestRecord],
+                    settings: BenchSettings, workload: Workload, concurrency: int,
+                    sink: Callable[[RequestRecord], None], state: _RunState) -> None:
+    """Run `records` (one per prompt) with at most `concurrency` in flight, closed-loop or Poisson arrivals."""
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(len(records)):
+        queue.put_nowait(i)
+    rng = random.Random(settings.seed * 1_000_003 + concurrency)
+    gate = asyncio.Lock()
+    next_send = [time.perf_counter()]
+
+    async def one(i: int) -> None:
+        state.in_flight += 1
+        rec = records[i]
+        try:
+            rec.prompt_source = prompt_list[i].label
+            await asyncio.wait_for(run_request(transport, url, prompt_list[i].input_ids,
+                                               workload.max_new_tokens or settings.max_new_tokens, rec,
+                                               ignore_eos=workload.ignore_eos), settings.request_timeout_s)
+        except asyncio.TimeoutError:
+            rec.error = f"timeout after {settings.request_timeout_s:g} s"
+            rec.end_ts = time.time()
+            rec.e2e_s = rec.end_ts - (rec.start_ts or rec.end_ts)
+        state.in_flight -= 1
+        state.done += 1
+        state.tokens += (rec.completion_tokens or 0) if rec.ok else 0
+        sink(rec)
+
+    async def worker() -> None:
+        while True:
+            try:
+                i = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            if settings.request_rate:
+                async with gate:
+                    next_send[0] += rng.expovariate(settings.request_rate)
+                    await asyncio.sleep(max(0.0, next_send[0] - time.perf_counter()))
+            await one(i)
+
+    workers = min(concurrency, len(records))
+    await transport.warm(url + "/generate", workers)
+    await asyncio.gather(*(worker() for _ in range(workers)))
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """One batch of requests: the warmup of a (workload, context, concurrency) or one measured repeat."""
+
+    workload: Workload
+    context: int
+    concurrency: int
+    repeat: int
+    warmup: bool
+    sequences: tuple[int, ...]
+
+
+def plan_cells(settings: BenchSettings, order_seed: int) -> list[_Cell]:
+    """Every batch of the run in the order it runs: measured cells shuffled (when `cell_order` is random) and
+    each group's warmup right before its first cell. Prompt numbers follow the unshuffled order, so the same
+    cell gets the same prompts whatever the order."""
+    measured: list[_Cell] = []
+    warmups: dict[tuple[str, int, int], _Cell] = {}
+    for entry in settings.workloads:
+        workload = Workload.from_config(entry)
+        sequence = 0
+        for context in workload.contexts or settings.contexts:
+            for conc in workload.concurrency or settings.concurrency:
+                warm = tuple(range(sequence, sequence + settings.warmup_requests))
+                sequence += len(warm)
+                warmups[(workload.name, context, conc)] = _Cell(workload, context, conc, 0, True, warm)
+                n = cell_requests(conc, settings.requests_per_cell)
+                for rep in range(settings.repeats):
+                    measured.append(_Cell(workload, context, conc, rep, False, tuple(range(sequence, sequence + n))))
+                    sequence += n
+    if settings.cell_order == "random":
+        random.Random(order_seed).shuffle(measured)
+    plan: list[_Cell] = []
+    for cell in measured:
+        warm = warmups.pop((cell.workload.name, cell.context, cell.concurrency), None)
+        if warm is not None and warm.sequences:
+            plan.append(warm)
+        plan.append(cell)
+    return plan
+
+
+async def _run_async(url: str, requests_path: Path, cells_path: Path, settings: BenchSettings, simulated: bool,
+                     progress: Callable[[str], None]) -> dict:
+    url = url.rstrip("/")
+    requests_path.parent.mkdir(parents=True, exist_ok=True)
+    order_seed = settings.cell_order_seed if settings.cell_order_seed is not None else secrets.randbelow(2**31)
+    config = asdict(settings)
+    doc: dict[str, Any] = {"simulated": simulated, "config": config, "cell_order_seed": order_seed,
+                           "workloads": [], "cells": [], "groups": []}
+    try:
+        plan = plan_cells(settings, order_seed)
+    except WorkloadError as exc:
+        raise BenchmarkError(str(exc)) from exc
+    tokenizer = _Tokenizer(url)
+    transport = _transport(settings.http_client)
+    await transport.open(max(c.concurrency for c in plan) if plan else 1)
+    with open(requests_path, "w", encoding="utf-8") as handle:
+        await _run_matrix(url, cells_path, settings, plan, doc, handle, tokenizer, transport, progress)
+    storage.write_json_atomic(cells_path, doc)
+    return doc
+
+
+def workload_summaries(settings: BenchSettings, cells: list[dict]) -> list[dict]:
+    """Per workload: its stopping rule and its acceptance length over every measured request (ratio of sums)."""
+    out = []
+    for entry in settings.workloads:
+        workload = Workload.from_config(entry)
+        mine = [c for c in cells if c["workload"] == workload.name]
+        tokens = sum(c["accepted_tokens"] for c in mine)
+        verify = sum(c["verify_steps"] for c in mine)
+        out.append({"name": workload.name, "kind": workload.kind, "path": workload.path,
+                    "ignore_eos": workload.ignore_eos,
+                    "max_new_tokens": workload.max_new_tokens or settings.max_new_tokens,
+                    "cells": len(mine), "requests": sum(c["completed"] for c in mine),
+                    "acceptance_length": tokens / verify if verify else None})
+    return out
+
+
+async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan: list[_Cell], doc: dict,
+                      handle: Any, tokenizer: _Tokenizer, transport: _Transport,
+                      progress: Callable[[str], None]) -> None:
+    simulated = doc["simulated"]
+    state = _RunState()
+    finished: list[RequestRecord] = []
+    builders: dict[str, PromptBuilder] = {}
+
+    def flush() -> None:
+        handle.write("".join(json.dumps(vars(rec)) + "\n" for rec in finished))
+        handle.flush()
+        finished.clear()
+
+    async def reporter() -> None:
+        last_tokens, last_t = 0, time.perf_counter()
+        while True:
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
+            now = time.perf_counter()
+            rate = (state.tokens - last_tokens) / (now - last_t)
+            last_tokens, last_t = state.tokens, now
+            progress(f"  {state.label}: {state.done} done, {state.in_flight} in flight, {rate:.0f} tok/s")
+
+    reporter_task = asyncio.get_running_loop().create_task(reporter())
+    n_cells = sum(not c.warmup for c in plan)
+    try:
+        for cell in plan:
+            workload, context, conc = cell.workload, cell.context, cell.concurrency
+            where = f"workload={workload.name} context={context} concurrency={conc}"
+            try:
+                if workload.name not in builders:
+                    builders[workload.name] = await asyncio.to_thread(PromptBuilder, workload, tokenizer,
+                                                                      settings.seed)
+                builder = builders[workload.name]
+                # Concurrent /tokenize round trips (a prompt depends only on its number, not on the others).
+                texts = list(await asyncio.gather(*(asyncio.to_thread(builder.build, context, seq)
+                                                    for seq in cell.sequences)))
+            except WorkloadError as exc:
+                raise BenchmarkError(f"cells of {where}: {exc}") from exc
+            except (httpx.HTTPError, ValueError, KeyError) as exc:
+                raise BenchmarkError(f"could not count prompt tokens with {url}/tokenize for the cells of {where}: "
+                                     f"{type(exc).__name__}: {exc}") from exc
+            recs = [RequestRecord(context, conc, cell.repeat, i, cell.warmup, workload=workload.name,
+                                  simulated=simulated) for i in range(len(texts))]
+            state.label = f"{workload.name} ctx={context} C={conc} " + (
+                "warmup" if cell.warmup else f"repeat {cell.repeat}")
+            state.done = 0
+            try:
+                await _run_cell(transport, url, texts, recs, settings, workload, conc, finished.append, state)
+            finally:
+                flush()
+            if cell.warmup:
+                continue
+            figures = cell_figures(recs)
+            verify = [r for r in recs if r.ok and r.spec_verify_ct]
+            doc["cells"].append({"workload": workload.name, "context": context, "concurrency": conc,
+                                 "repeat": cell.repeat, "ignore_eos": workload.ignore_eos, **figures,
+                                 **metrics.context_check([r.prompt_tokens for r in recs if r.ok], context,
+                                                         settings.context_tolerance),
+                                 "accepted_tokens": sum(r.completion_tokens or 0 for r in verify),
+                                 "verify_steps": sum(r.spec_verify_ct or 0 for r in verify)})
+            doc["groups"] = group_figures(doc["cells"])
+            doc["workloads"] = workload_summaries(settings, doc["cells"])
+            storage.write_json_atomic(cells_path, doc)
+            done = doc["cells"][-1]
+            tput = done["output_throughput_tok_s"] or 0.0
+            progress(f"cell {len(doc['cells'])}/{n_cells} {workload.name} ctx={context} C={conc} "
+                     f"rep={cell.repeat}: {done['completed']}/{done['requests']} ok, {tput:.1f} tok/s")
+            if done["requests"] and done["failed"] > settings.max_failure_fraction * done["requests"]:
+                errors = sorted({r.error for r in recs if r.error})
+                raise BenchmarkError(
+                    f"{workload.name} cell context={context} concurrency={conc} repeat={cell.repeat}: "
+                    f"{done['failed']} of {done['requests']} requests failed "
+                    f"(allowed fraction {settings.max_failure_fraction:g}); errors: {'; '.join(errors[:3])}")
+    finally:
+        reporter_task.cancel()
+        tokenizer.close()
+        await transport.close()
+
+
+def run_benchmark(url: str, out_dir: Path, settings: BenchSettings, simulated: bool,
+                  progress: Callable[[str], None] | None = None) -> dict:
+    """Run the whole matrix against `url`, write requests.jsonl and cells.json into `out_dir`, return cells.json."""
+    out_dir = Path(out_dir)
+    return _arun(_run_async(url, out_dir / "requests.jsonl", out_dir / "cells.json", settings, simulated,
+                            progress or (lambda _: None)))
+
+
+def _arun(coro: Any) -> Any:
+    """Run a coroutine on uvloop when it is installed (less client CPU per streamed chunk), else asyncio."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+

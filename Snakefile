@@ -14,7 +14,18 @@ configfile: "config/config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/preflight.smk"
-include: "workflow/rules/points.smk"
+
+
+# sweep.strategy: grid runs every point in full; adaptive screens, selects and confirms (workflow/rules/adaptive.smk).
+if ADAPTIVE:
+
+    include: "workflow/rules/adaptive.smk"
+
+else:
+
+    include: "workflow/rules/points.smk"
+
+
 include: "workflow/rules/aggregate.smk"
 
 

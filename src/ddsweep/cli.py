@@ -19,6 +19,9 @@ SUBCOMMANDS = {
     "summarize": "ddsweep.analysis.summarize",
     "bundle": "ddsweep.analysis.bundle",
     "status": "ddsweep.analysis.status",
+    "select": "ddsweep.analysis.screening",
+    "funnel": "ddsweep.analysis.screening",
+    "merge-launches": "ddsweep.point.launches",
 }
 
 

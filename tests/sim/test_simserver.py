@@ -162,6 +162,19 @@ def test_unknown_flags_and_ignore_knob_reports_default() -> None:
     assert settings.server_args["tp_size"] == 8
 
 
+def test_launch_noise_scales_step_time_per_launch_reproducibly_from_its_seed() -> None:
+    def step_ms(*extra: str) -> float:
+        args, rest = build_parser().parse_known_args(["--model-path", "m", "--sim-step-ms", "4", *extra])
+        return build_settings(args, parse_unknown(rest), {}).params.step_ms
+
+    assert step_ms() == 4.0
+    seeded = [step_ms("--sim-launch-noise", "0.05", "--sim-launch-seed", str(seed)) for seed in range(20)]
+    assert seeded == [step_ms("--sim-launch-noise", "0.05", "--sim-launch-seed", str(s)) for s in range(20)]
+    assert len(set(seeded)) == 20 and min(seeded) / 4 > 0.8 and max(seeded) / 4 < 1.25
+    fresh = {step_ms("--sim-launch-noise", "0.05") for _ in range(5)}
+    assert len(fresh) == 5  # without a seed every launch draws anew
+
+
 def test_exit_during_startup() -> None:
     sim = Sim("--sim-fault", "exit-during-startup", "--sim-startup-delay", "0.2", wait=False)
     assert sim.proc.wait(timeout=10) != 0

@@ -37,6 +37,8 @@ rule summarize:
         points=point_done_files(),
         config="results/study_config.yaml",
         plan="results/plan.json",
+        # an adaptive study's funnel becomes a section of the summary
+        funnel=["results/screen/funnel.json"] if ADAPTIVE else [],
     output:
         summary=report(
             "reports/optimization_summary.md",

@@ -6,6 +6,7 @@ import sys
 from snakemake.utils import validate
 
 from ddsweep.config.plan import running_points
+from ddsweep.config.stages import is_adaptive
 from ddsweep.config.study import ConfigError, point_record, validate_config
 
 # ddsweep's own check first: its messages name the key and the rule broken; the catalog-style schema
@@ -20,6 +21,7 @@ validate(config, schema="../schemas/config.schema.yaml")
 # recorded in results/plan.json), unless sweep.run_aliases is true.
 POINTS = {point.point_id: point for point in running_points(STUDY)}
 RESOURCES = STUDY["resources"]
+ADAPTIVE = is_adaptive(STUDY)
 
 
 def reproduce_command():
@@ -59,7 +61,11 @@ wildcard_constraints:
 
 
 def point_done_files():
-    """The terminal marker of every point that runs in this configuration: completed, or failed because of its settings."""
+    """The terminal marker of every point in this configuration (completed, or failed because of its settings);
+    in an adaptive study an input function giving the confirmed points' markers (known after the selection
+    checkpoint, workflow/rules/adaptive.smk)."""
+    if ADAPTIVE:
+        return confirmed_done_files
     return expand("results/points/{point}/done.json", point=list(POINTS))
 
 
@@ -105,4 +111,5 @@ def final_outputs():
         "reports/bundle.json",
         *expand("results/tables/{table}.csv", table=TABLES),
         *expand("reports/plots/{plot}.png", plot=PLOTS),
+        *(["reports/adaptive_funnel.md"] if ADAPTIVE else []),
     ]

@@ -16,6 +16,7 @@ from ddsweep.analysis.document import build_summary, jsonable
 from ddsweep.analysis.plots import PlotData, write_plots
 from ddsweep.analysis.render import render_markdown
 from ddsweep.analysis.results import load_results
+from ddsweep.analysis.screening import funnel_block
 from ddsweep.analysis.tables import overview_table, write_tables
 from ddsweep.config.study import configured_point_ids
 from ddsweep.storage import write_text_atomic
@@ -51,6 +52,9 @@ def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | Non
     plot_data = PlotData(results, {r.regime.name: r for r in resolved}, decisions.pareto, decisions.lossless)
     plots = write_plots(plot_data, reports_dir / "plots")
     document = jsonable(build_summary(decisions))
+    funnel = funnel_block(results_dir)  # an adaptive study's stages (docs/adaptive.md)
+    if funnel is not None:
+        document["sections"].append(funnel)
     json_path = write_text_atomic(reports_dir / "summary.json", json.dumps(document, indent=1) + "\n")
     summary_path = write_text_atomic(reports_dir / "optimization_summary.md", render_markdown(document))
     return SummaryResult(

@@ -151,6 +151,9 @@ def format_plan(config: dict) -> str:
               f"per point at {gpus} GPUs per point",
               f"every point: {every['total_min'] / 60:.1f} h of jobs = {every['gpu_hours']:.0f} GPU-hours",
               f"what will run: {runs['total_min'] / 60:.1f} h of jobs = {runs['gpu_hours']:.0f} GPU-hours"]
+    from ddsweep.config.stages import format_stage_plan  # stages imports this module
+
+    lines += format_stage_plan(config)
     if config["simulated"]:
         lines.append("SIMULATED: the launcher is the stand-in server; no GPU is used")
     return "\n".join(lines)

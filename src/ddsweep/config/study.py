@@ -360,8 +360,8 @@ def find_point(config: dict, point_id: str) -> Point:
 
 def configured_point_ids(config: Mapping[str, Any] | None) -> list[str] | None:
     """The point ids of a full study configuration, or None (meaning: every point found) for a partial one."""
-    if not config or "sweep" not in config:
-        return None
+    if not config or "sweep" not in config or config["sweep"].get("strategy") == "adaptive":
+        return None  # an adaptive study's confirmed points include refinement points outside the grid
     try:
         return [p.point_id for p in expand_points(validate_config(config))]
     except ConfigError:

@@ -9,7 +9,9 @@ Both add `--sim-*` flags for its timing model, seed, fault injection and strictn
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import random
 import signal
 import socket
 import sys
@@ -18,7 +20,7 @@ from typing import Any
 
 from ddsweep.config.knobs import KNOBS
 from ddsweep.sim import contract as sglang_contract
-from ddsweep.sim.model import Knobs, ModelParams
+from ddsweep.sim.model import Knobs, ModelParams, stable_hash
 from ddsweep.sim.server import FAULT_KINDS, Fault, SimSettings, log, run
 
 DEFAULT_BUDGET = 16
@@ -95,6 +97,11 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--sim-prefill-ms-per-1k", type=float, default=ModelParams.prefill_ms_per_1k)
     sim.add_argument("--sim-accept-fixed", type=int, default=None,
                      help="every verify step accepts exactly this many tokens (for measuring clients)")
+    sim.add_argument("--sim-launch-noise", type=float, default=0.0, metavar="CV",
+                     help="variation between launches: every step time is scaled by exp(N(0, CV)), drawn once "
+                          "per launch (the variation a fresh server start brings on real hardware)")
+    sim.add_argument("--sim-launch-seed", type=int, default=None,
+                     help="seed of the launch's draw (default: a fresh random seed per launch, logged)")
     sim.add_argument("--sim-fault", action="append", default=[], metavar="KIND[:ARG]",
                      help=f"inject a fault (repeatable): {', '.join(FAULT_KINDS)}")
 
@@ -188,7 +195,8 @@ def build_settings(args: argparse.Namespace, unknown: dict[str, Any], env: dict[
     if knobs.window is not None and knobs.block_size and knobs.window < knobs.block_size:
         raise ValueError(f"--speculative-draft-window-size must be >= --speculative-num-draft-tokens (block_size). "
                          f"window_size={knobs.window}, block_size={knobs.block_size}.")
-    params = ModelParams(step_ms=args.sim_step_ms, token_cost=args.sim_token_cost, draft_frac=args.sim_draft_frac,
+    step_ms = args.sim_step_ms * launch_factor(args.sim_launch_noise, args.sim_launch_seed)
+    params = ModelParams(step_ms=step_ms, token_cost=args.sim_token_cost, draft_frac=args.sim_draft_frac,
                          draft_batch_frac=args.sim_draft_batch_frac, prefill_ms_per_1k=args.sim_prefill_ms_per_1k,
                          trained_block_size=args.sim_trained_block_size, trained_window=args.sim_trained_window,
                          accept_fixed=args.sim_accept_fixed)
@@ -203,6 +211,17 @@ def build_settings(args: argparse.Namespace, unknown: dict[str, Any], env: dict[
                        served_model_name=resolved["served_model_name"], knobs=knobs, params=params,
                        seed=args.sim_seed, startup_delay_s=args.sim_startup_delay, faults=faults,
                        server_args=resolved, strict=strict)
+
+
+def launch_factor(cv: float, seed: int | None) -> float:
+    """This launch's step-time factor exp(N(0, cv)); a seed of None draws a fresh one (logged) per launch."""
+    if cv <= 0:
+        return 1.0
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**32)
+    factor = math.exp(random.Random(stable_hash("launch", seed)).gauss(0.0, cv))
+    log(f"launch noise: seed {seed}, step-time factor {factor:.4f} [simulated]")
+    return factor
 
 
 def config_line(knobs: Knobs) -> str:

@@ -1,0 +1,283 @@
+"""Grid versus adaptive strategy over the stand-in's known performance surface (SIMULATED).
+
+Both strategies run on the default study (config/config.yaml: 62 points, its regimes and priorities), with
+`sweep.refine` stepping the budget by 2 for the adaptive one. Measurements are emulated from the stand-in's
+own model (`ddsweep.sim.model`: acceptance per verify step from `depth_probabilities`, step times from
+`step_time_s`, prefill from `prefill_time_s`) instead of starting a server per job, so a whole study takes
+seconds: every request's acceptance is the mean of its verify steps' draws (normal approximation of that mean),
+and every server launch scales all step times by exp(N(0, launch_cv)), as `ddsweep sim-server
+--sim-launch-noise` does. The selection is the package's own (`ddsweep.analysis.screening.select_round`, on
+request records in the requests.jsonl schema); job records and refinement come from `ddsweep.config.stages`.
+
+- grid: every point once, `benchmark.repeats` repeats within one launch; figure = median of the repeats.
+- adaptive: every point screened (one launch, `sweep.screen.requests_per_cell`, regime cells), selection,
+  refinement points screened, final selection, then each survivor `benchmark.repeats` fresh launches;
+  figure = median of the launches.
+
+Both recommend per priority the point with the best weighted mean of regime figures normalised by the best
+(the rule of the current summary). A recommendation is correct when its true priority score (from the model's
+expectation, no noise) is within `--margin` of the best true score over the grid's points. Point-job time is
+counted with the study's cost model (`resources.estimate`: startup, per-cell and coding minutes), over the jobs
+each strategy actually ran.
+
+Usage: python benchmarks/bench_adaptive.py [--seeds 10] [--launch-cv 0.04] [--assumed-cv 0.04] [--margin 0.02]
+       [--refine-step 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from ddsweep.analysis.screening import estimate, select_round
+from ddsweep.config.plan import running_points
+from ddsweep.config.stages import refine_candidates, resolve_point, screen_benchmark
+from ddsweep.config.study import Point, validate_config
+from ddsweep.sim.model import Knobs, ModelParams, depth_probabilities, prefill_time_s, step_time_s
+
+ROOT = Path(__file__).resolve().parents[1]
+PARAMS = ModelParams()
+
+
+def study(assumed_cv: float, refine_step: int) -> dict:
+    """The default study as an adaptive one, refining the budget in steps of `refine_step` (0: no refinement)."""
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["benchmark"]["requests_per_cell"] = 32  # fixed, so the cost model's cell time has one meaning
+    config["sweep"].update({"strategy": "adaptive", "refine": {"budget": refine_step} if refine_step else {},
+                            "screen": {"requests_per_cell": 8, "launch_cv": assumed_cv}})
+    return validate_config(config)
+
+
+def knobs_of(point: Point) -> Knobs:
+    """The stand-in's knobs for a point."""
+    return Knobs(point.kind, point.budget, point.topk, point.block_size, point.window)
+
+
+def accept_moments(knobs: Knobs) -> tuple[float, float]:
+    """Mean and standard deviation of the tokens accepted by one verify step (bonus token included)."""
+    if knobs.kind == "ar":
+        return 1.0, 0.0
+    survive, pmf_tail = 1.0, [1.0]
+    for p in depth_probabilities(PARAMS, knobs):
+        survive *= p
+        pmf_tail.append(survive)  # P(accepted >= j + 1)
+    mean = sum(pmf_tail)
+    second = sum((2 * j + 1) * tail for j, tail in enumerate(pmf_tail))  # E[X^2] = sum (2j+1) P(X > j)
+    return mean, math.sqrt(max(0.0, second - mean * mean))
+
+
+def requests(knobs: Knobs, context: int, concurrency: int, n: int, tokens: int, factor: float,
+             rng: random.Random) -> list[dict]:
+    """One cell's measured requests (requests.jsonl schema), emulated from the model; requests run in waves."""
+    mean, sd = accept_moments(knobs)
+    step = step_time_s(PARAMS, knobs, concurrency) * factor
+    prefill = prefill_time_s(PARAMS, context) * concurrency
+    out, clock = [], 0.0
+    for wave in range(0, n, concurrency):
+        ends = []
+        for i in range(wave, min(n, wave + concurrency)):
+            steps = tokens / mean
+            acc = max(1.0, rng.gauss(mean, sd / math.sqrt(steps))) if sd else mean
+            decode = tokens / acc * step
+            out.append({"context": context, "concurrency": concurrency, "repeat": 0, "index": i, "warmup": False,
+                        "error": None, "completion_tokens": tokens, "decode_s": decode, "ttft_s": prefill,
+                        "e2e_s": prefill + decode, "start_ts": clock, "end_ts": clock + prefill + decode,
+                        "spec_verify_ct": round(tokens / acc) if knobs.kind != "ar" else None,
+                        "acceptance_length": acc if knobs.kind != "ar" else None})
+            ends.append(prefill + decode)
+        clock += max(ends)
+    return out
+
+
+def true_value(knobs: Knobs, metric: str, context: int, concurrency: int, tokens: int) -> float:
+    """The regime figure the model gives without noise."""
+    mean, _ = accept_moments(knobs)
+    decode = tokens / mean * step_time_s(PARAMS, knobs, concurrency)
+    if metric == "decode_tok_s":
+        return (tokens - 1) / decode
+    if metric == "output_throughput_tok_s":
+        return concurrency * tokens / (decode + prefill_time_s(PARAMS, context) * concurrency)
+    if metric == "acceptance_length":
+        return mean
+    raise ValueError(metric)
+
+
+def regime_cells(config: dict) -> list[tuple[int, int]]:
+    """The distinct (context, concurrency) cells of the regimes."""
+    return sorted({(r["context"], r["concurrency"]) for r in config["analysis"]["regimes"]})
+
+
+def measure(config: dict, point: Point, n: int, factor: float, rng: random.Random) -> list[dict]:
+    """One launch's requests at every regime cell."""
+    tokens = config["benchmark"]["max_new_tokens"]
+    return [r for ctx, c in regime_cells(config) for r in requests(knobs_of(point), ctx, c, n, tokens, factor, rng)]
+
+
+def figures(config: dict, runs: list[list[dict]]) -> dict[str, float]:
+    """Per regime, the median over runs (repeats or launches) of the run's figure."""
+    out = {}
+    for regime in config["analysis"]["regimes"]:
+        values = [e.value for run in runs
+                  if (e := estimate(run, regime["metric"], regime["context"], regime["concurrency"], 0.0))]
+        if values:
+            out[regime["name"]] = statistics.median(values)
+    return out
+
+
+def recommend(config: dict, figs: dict[str, dict[str, float]]) -> dict[str, str]:
+    """Per priority, the point with the best weighted mean of regime figures normalised by the best."""
+    picks = {}
+    for name, weights in config["analysis"]["priorities"].items():
+        best = {r: max(f[r] for f in figs.values() if r in f) for r in weights}
+        total = sum(weights.values())
+        scores = {pid: sum(w * f[r] / best[r] for r, w in weights.items()) / total
+                  for pid, f in figs.items() if all(r in f for r in weights)}
+        picks[name] = max(scores, key=lambda p: (scores[p], p))
+    return picks
+
+
+def true_scores(config: dict, points: list[Point], reference: list[Point]) -> dict[str, dict[str, float]]:
+    """Per priority, each point's true score, each regime normalised by the best true figure among `reference`."""
+    tokens = config["benchmark"]["max_new_tokens"]
+
+    def truth(p: Point) -> dict[str, float]:
+        return {r["name"]: true_value(knobs_of(p), r["metric"], r["context"], r["concurrency"], tokens)
+                for r in config["analysis"]["regimes"]}
+
+    values = {p.point_id: truth(p) for p in points}
+    ref = [truth(p) for p in reference]
+    out = {}
+    for name, weights in config["analysis"]["priorities"].items():
+        best = {r: max(t[r] for t in ref) for r in weights}
+        total = sum(weights.values())
+        out[name] = {pid: sum(w * t[r] / best[r] for r, w in weights.items()) / total for pid, t in values.items()}
+    return out
+
+
+def job_minutes(config: dict, cells: int, requests_per_cell: int, repeats: int, coding: bool) -> float:
+    """A job's minutes in the study's cost model (resources.estimate)."""
+    est = config["resources"]["estimate"]
+    scale = requests_per_cell / config["benchmark"]["requests_per_cell"]
+    return est["startup_min"] + cells * repeats * est["cell_min"] * scale + (est["coding_min"] if coding else 0.0)
+
+
+def run_grid(config: dict, rng: random.Random, launch_cv: float) -> tuple[dict[str, str], float]:
+    """Every point, one launch with the configured repeats."""
+    bench = config["benchmark"]
+    n, repeats = bench["requests_per_cell"], bench["repeats"]
+    cells = len(bench["contexts"]) * len(bench["concurrency"])
+    figs, minutes = {}, 0.0
+    for point in running_points(config):
+        factor = math.exp(rng.gauss(0, launch_cv))
+        figs[point.point_id] = figures(config, [measure(config, point, n, factor, rng) for _ in range(repeats)])
+        minutes += job_minutes(config, cells, n, repeats, True)
+    return recommend(config, figs), minutes
+
+
+def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Path) -> tuple[dict[str, str], float,
+                                                                                              dict[str, int]]:
+    """Screen, select, refine, select, confirm; the selection reads request files as in the workflow."""
+    import json
+
+    bench, sbench = config["benchmark"], screen_benchmark(config)
+    n_screen = sbench["requests_per_cell"]
+    screen_cells = len(sbench["contexts"]) * len(sbench["concurrency"])
+    points = {p.point_id: p for p in running_points(config)}
+    minutes = 0.0
+
+    def screen(point: Point) -> None:
+        nonlocal minutes
+        records = measure(config, point, n_screen, math.exp(rng.gauss(0, launch_cv)), rng)
+        (workdir / point.point_id / "bench").mkdir(parents=True, exist_ok=True)
+        (workdir / point.point_id / "bench" / "requests.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in records))
+        (workdir / point.point_id / "status.json").write_text("{}")
+        minutes += job_minutes(config, screen_cells, n_screen, 1, False)
+
+    for point in points.values():
+        screen(point)
+    round1 = select_round(config, workdir, list(points), None)
+    refined = {p.point_id: p for p in refine_candidates(config, round1.survivors)}
+    for point in refined.values():
+        screen(point)
+    final = select_round(config, workdir, [], round1.to_json())
+    all_points = {**points, **refined}
+    cells = len(bench["contexts"]) * len(bench["concurrency"])
+    figs = {}
+    for pid in final.survivors:
+        launches = [measure(config, all_points[pid], bench["requests_per_cell"],
+                            math.exp(rng.gauss(0, launch_cv)), rng) for _ in range(bench["repeats"])]
+        figs[pid] = figures(config, launches)
+        minutes += sum(job_minutes(config, cells, bench["requests_per_cell"], 1, k == 0)
+                       for k in range(bench["repeats"]))
+    funnel = {"screened": len(points), "refined": len(refined), "confirmed": len(final.survivors)}
+    return recommend(config, figs), minutes, funnel
+
+
+def main() -> int:
+    """Run both strategies over several seeds and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--launch-cv", type=float, default=0.04, help="true variation between launches")
+    parser.add_argument("--assumed-cv", type=float, default=0.04, help="sweep.screen.launch_cv the selection assumes")
+    parser.add_argument("--margin", type=float, default=0.02, help="practical-equivalence margin")
+    parser.add_argument("--refine-step", type=int, default=2, help="sweep.refine budget step (0: no refinement)")
+    args = parser.parse_args()
+    config = study(args.assumed_cv, args.refine_step)
+    grid_points = running_points(config)  # the points the workflow runs: one per alias group
+
+    def truth(name: str, pick: str) -> float:
+        """The pick's true score, each regime normalised by the best grid point (refinement points too)."""
+        return true_scores(config, [resolve_point(config, pick)], grid_points)[name][pick]
+
+    priorities = list(config["analysis"]["priorities"])
+    print(f"SIMULATED (stand-in model); {len(grid_points)} grid points that run, launch_cv {args.launch_cv}, assumed "
+          f"{args.assumed_cv}, margin {args.margin:.0%}, refine budget step {args.refine_step or 'none'}")
+    print("| seed | grid job-h | adaptive job-h | ratio | screened / refined / confirmed | "
+          + " | ".join(f"{p} grid / adaptive" for p in priorities) + " |")
+    print("|---" * (5 + len(priorities)) + "|")
+    started = time.perf_counter()
+    totals = {"grid": 0.0, "adaptive": 0.0, "grid_ok": 0, "adaptive_ok": 0, "adaptive_ok_where_grid": 0, "grid_n": 0}
+    for seed in range(args.seeds):
+        grid_picks, grid_min = run_grid(config, random.Random(f"grid-{seed}"), args.launch_cv)
+        with tempfile.TemporaryDirectory() as tmp:
+            ad_picks, ad_min, funnel = run_adaptive(copy.deepcopy(config), random.Random(f"adaptive-{seed}"),
+                                                    args.launch_cv, Path(tmp))
+        cells = []
+        for name in priorities:
+            best = max(true_scores(config, grid_points, grid_points)[name].values())
+
+            def verdict(pick: str, name: str = name, best: float = best) -> tuple[bool, str]:
+                score = truth(name, pick)
+                ok = score >= (1 - args.margin) * best
+                return ok, f"{'ok' if ok else 'WRONG'} {score / best - 1:+.1%}"
+
+            g_ok, g_text = verdict(grid_picks[name])
+            a_ok, a_text = verdict(ad_picks[name])
+            totals["grid_ok"] += g_ok
+            totals["adaptive_ok"] += a_ok
+            totals["adaptive_ok_where_grid"] += a_ok and g_ok
+            totals["grid_n"] += 1
+            cells.append(f"{g_text} / {a_text}")
+        totals["grid"] += grid_min
+        totals["adaptive"] += ad_min
+        print(f"| {seed} | {grid_min / 60:.1f} | {ad_min / 60:.1f} | {ad_min / grid_min:.0%} | "
+              f"{funnel['screened']} / {funnel['refined']} / {funnel['confirmed']} | " + " | ".join(cells) + " |")
+    print(f"\ncorrect recommendations: grid {totals['grid_ok']}/{totals['grid_n']}, adaptive "
+          f"{totals['adaptive_ok']}/{totals['grid_n']} (adaptive correct where grid is: "
+          f"{totals['adaptive_ok_where_grid']}/{totals['grid_ok']}); adaptive job time "
+          f"{totals['adaptive'] / totals['grid']:.0%} of the grid's; {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,382 @@
+"""The adaptive study's selection: which screened points could still be the best, and the funnel of stages.
+
+A screening run measures each point once, briefly. Its uncertainty has two parts: the standard error of the
+per-request figures within that one launch, and the variation between server launches, which one launch cannot
+show and which `sweep.screen.launch_cv` states (a relative standard deviation). Per regime and per priority, a
+point is dropped only when the interval of its relative difference to the best point lies entirely below zero;
+every other point survives, together with the `ar` and DFlash baselines. See docs/adaptive.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ddsweep.config.stages import (
+    baseline_ids,
+    primary_workload,
+    refine_candidates,
+    screen_ids,
+    screen_settings,
+)
+from ddsweep.storage import write_json_atomic, write_text_atomic
+
+LOWER_IS_BETTER = frozenset({"ttft_p50_s", "tpot_p50_s"})
+
+
+@dataclass
+class Estimate:
+    """One screened figure: its value and its relative standard errors within the launch and between launches
+    (the second is shared by every figure of one launch)."""
+
+    value: float
+    within: float
+    launch: float
+
+    @property
+    def rel_se(self) -> float:
+        """The relative standard error of the figure."""
+        return math.hypot(self.within, self.launch)
+
+
+@dataclass
+class Verdict:
+    """Why a point was dropped: the comparison that excluded it."""
+
+    point_id: str
+    where: str
+    relative: float
+    low: float
+    high: float
+    best: str
+
+    @property
+    def reason(self) -> str:
+        """A sentence such as '−18% vs best at latency (bs8-b8-t4-w2048), interval −21%…−15%'."""
+        return (f"{_pct(self.relative)} vs best at {self.where} ({self.best}), "
+                f"interval {_pct(self.low)}…{_pct(self.high)}")
+
+
+@dataclass
+class Selection:
+    """The outcome of one selection round."""
+
+    screened: list[str]
+    survivors: list[str]
+    dropped: dict[str, str]
+    best: dict[str, str]
+    refine: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """The record written to results/screen/*.json (docs/results-schema.md)."""
+        return {"screened": self.screened, "survivors": self.survivors, "dropped": self.dropped,
+                "best": self.best, "refine": self.refine, "failed": self.failed}
+
+
+def _pct(x: float) -> str:
+    """A relative difference as a signed percentage with a real minus sign."""
+    return f"{x * 100:+.0f}%".replace("-", "\u2212")
+
+
+def _request_figure(metric: str, record: dict) -> float | None:
+    """One request's contribution to `metric` (for the within-launch standard error)."""
+    tokens, decode = record.get("completion_tokens"), record.get("decode_s")
+    if metric == "decode_tok_s":
+        return (tokens - 1) / decode if tokens and tokens > 1 and decode else None
+    if metric == "output_throughput_tok_s":
+        e2e = record.get("e2e_s")
+        return tokens / e2e if tokens and e2e else None
+    if metric == "acceptance_length":
+        return record.get("acceptance_length")
+    if metric == "ttft_p50_s":
+        return record.get("ttft_s")
+    if metric == "tpot_p50_s":
+        return decode / (tokens - 1) if tokens and tokens > 1 and decode is not None else None
+    raise ValueError(f"analysis.regimes: unknown metric {metric!r}")
+
+
+def _cell_value(metric: str, records: list[dict]) -> float | None:
+    """The cell's figure, computed as the benchmark's cells.json computes it (docs/results-schema.md)."""
+    if metric == "output_throughput_tok_s":
+        starts = [r["start_ts"] for r in records if r.get("start_ts") is not None]
+        ends = [r["end_ts"] for r in records if r.get("end_ts") is not None]
+        wall = max(ends) - min(starts) if starts and ends else 0
+        return sum(r.get("completion_tokens") or 0 for r in records if not r.get("error")) / wall if wall else None
+    if metric == "acceptance_length":
+        verify = [r for r in records if r.get("spec_verify_ct")]
+        return (sum(r["completion_tokens"] or 0 for r in verify) / sum(r["spec_verify_ct"] for r in verify)
+                if verify else None)
+    values = [v for r in records if (v := _request_figure(metric, r)) is not None]
+    return statistics.median(values) if values else None
+
+
+def estimate(records: list[dict], metric: str, context: int, concurrency: int, launch_cv: float,
+             workload: str | None = None) -> Estimate | None:
+    """The screened figure of one regime cell (of `workload`, when records name one) with its relative standard
+    error, or None when not measured."""
+    cell = [r for r in records if r.get("context") == context and r.get("concurrency") == concurrency
+            and not r.get("warmup") and not r.get("error")
+            and (workload is None or r.get("workload") in (None, workload))]
+    value = _cell_value(metric, cell)
+    if value is None or value <= 0:
+        return None
+    per_request = [v for r in cell if (v := _request_figure(metric, r)) is not None]
+    within = 0.0
+    if len(per_request) > 1 and statistics.fmean(per_request) > 0:
+        within = statistics.stdev(per_request) / statistics.fmean(per_request) / math.sqrt(len(per_request))
+    return Estimate(value, within, launch_cv)
+
+
+def load_screen(screen_dir: Path, point_ids: list[str]) -> tuple[dict[str, list[dict]], list[str]]:
+    """Per point, its measured requests from SCREEN_DIR/<id>/bench/requests.jsonl; and the points without."""
+    found, failed = {}, []
+    for pid in point_ids:
+        path = Path(screen_dir) / pid / "bench" / "requests.jsonl"
+        if not (Path(screen_dir) / pid / "status.json").exists() or not path.exists():
+            failed.append(pid)
+            continue
+        found[pid] = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return found, failed
+
+
+def _z(confidence: float) -> float:
+    """The two-sided normal quantile of `confidence`."""
+    return statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+def _compare(scores: dict[str, Estimate], where: str, confidence: float, dropped: dict[str, Verdict]) -> str | None:
+    """Drop from `scores` every point whose two-sided `confidence` interval of the relative difference to the
+    screening's best lies below zero; returns the best point. (Bonferroni-adjusted intervals gave no more correct
+    recommendations in benchmarks/bench_adaptive.py on the 62-job grid, 27 vs 28 of 30, and confirmed about 1.7
+    times as many.)"""
+    if not scores:
+        return None
+    z = _z(confidence)
+    best = max(scores, key=lambda p: (scores[p].value, p))
+    top = scores[best]
+    for pid, est in scores.items():
+        if pid == best:
+            continue
+        diff = math.log(est.value / top.value)
+        se = math.hypot(est.rel_se, top.rel_se)
+        low, high = diff - z * se, diff + z * se
+        if high < 0:
+            dropped[pid] = Verdict(pid, where, math.expm1(diff), math.expm1(low), math.expm1(high), best)
+    return best
+
+
+def select(config: dict, requests: dict[str, list[dict]], keep: list[str] | None = None) -> Selection:
+    """Keep, per regime and priority, every screened point that could still be the best, plus the baselines.
+
+    A point survives if some regime or priority keeps it; its reason for being dropped is its worst comparison."""
+    settings = screen_settings(config)
+    regimes = config.get("analysis", {}).get("regimes", [])
+    per_regime: dict[str, dict[str, Estimate]] = {}
+    for regime in regimes:
+        metric = regime["metric"]
+        scores = {}
+        for pid, records in requests.items():
+            est = estimate(records, metric, regime["context"], regime["concurrency"], settings["launch_cv"],
+                           primary_workload(config))
+            if est is not None:
+                value = 1.0 / est.value if metric in LOWER_IS_BETTER else est.value
+                scores[pid] = Estimate(value, est.within, est.launch)
+        per_regime[regime["name"]] = scores
+    verdicts: dict[str, dict[str, Verdict]] = {}
+    best: dict[str, str] = {}
+    for name, scores in per_regime.items():
+        dropped: dict[str, Verdict] = {}
+        top = _compare(scores, f"{name}", settings["confidence"], dropped)
+        if top:
+            best[f"regime:{name}"] = top
+        verdicts[f"regime:{name}"] = dropped
+    for name, weights in config.get("analysis", {}).get("priorities", {}).items():
+        used = {r: w for r, w in weights.items() if w > 0 and per_regime.get(r)}
+        if not used:
+            continue
+        tops = {r: max(e.value for e in per_regime[r].values()) for r in used}
+        total = sum(used.values())
+        common = set.intersection(*(set(per_regime[r]) for r in used))
+        scores = {}
+        for pid in common:
+            parts = [(w / total * per_regime[r][pid].value / tops[r], per_regime[r][pid]) for r, w in used.items()]
+            value = sum(p for p, _ in parts)
+            within = math.sqrt(sum((p * e.within) ** 2 for p, e in parts)) / value
+            launch = sum(p * e.launch for p, e in parts) / value  # one launch: the same factor in every regime
+            scores[pid] = Estimate(value, within, launch)
+        dropped = {}
+        top = _compare(scores, f"priority {name}", settings["confidence"], dropped)
+        if top:
+            best[f"priority:{name}"] = top
+        verdicts[f"priority:{name}"] = dropped
+    always = set(keep or []) | set(baseline_ids(config))
+    survivors, reasons = [], {}
+    for pid in requests:
+        excluded = [v[pid] for v in verdicts.values() if pid in v]
+        if pid in always or len(excluded) < len(verdicts) or not verdicts:
+            survivors.append(pid)
+        else:
+            reasons[pid] = max(excluded, key=lambda v: v.high).reason
+    return Selection(screened=list(requests), survivors=survivors, dropped=reasons, best=best)
+
+
+def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous: dict | None) -> Selection:
+    """Round 1 (previous None): select among the configured points and list refinement points around the
+    survivors. Final round: select again among round-1 survivors and the refinement points."""
+    candidates = point_ids if previous is None else list(dict.fromkeys([*previous["survivors"],
+                                                                         *previous["refine"]]))
+    requests, failed = load_screen(screen_dir, candidates)
+    selection = select(config, requests)
+    selection.failed = failed
+    if previous is None:
+        selection.refine = [p.point_id for p in refine_candidates(config, selection.survivors)]
+    else:
+        selection.dropped = {**previous["dropped"], **selection.dropped}
+        selection.screened = list(dict.fromkeys([*previous["screened"], *selection.screened]))
+        selection.failed = list(dict.fromkeys([*previous["failed"], *failed]))
+        selection.refine = list(previous["refine"])
+    return selection
+
+
+def _status_minutes(paths: list[Path]) -> float:
+    """Total job minutes recorded in status.json / failure.json files."""
+    total = 0.0
+    for path in paths:
+        try:
+            total += float(json.loads(path.read_text(encoding="utf-8")).get("duration_s") or 0) / 60
+        except (OSError, ValueError, TypeError):
+            continue
+    return total
+
+
+def funnel(selection: dict, screen_dir: Path, confirm_dir: Path, gpus: int) -> dict:
+    """How many points entered each stage, why each dropped one was dropped, and the GPU time of each stage."""
+    screen_dir, confirm_dir = Path(screen_dir), Path(confirm_dir)
+    refine = set(selection.get("refine", []))
+    grid_screened = [p for p in selection["screened"] if p not in refine]
+    screen_files = [screen_dir / p / n for p in grid_screened for n in ("status.json", "failure.json")]
+    refine_files = [screen_dir / p / n for p in refine for n in ("status.json", "failure.json")]
+    confirm_files = [f for p in selection["survivors"] for f in sorted((confirm_dir / p).glob("launch-*/*.json"))
+                     if f.name in ("status.json", "failure.json")]
+    minutes = {"screen": _status_minutes([f for f in screen_files if f.exists()]),
+               "refine": _status_minutes([f for f in refine_files if f.exists()]),
+               "confirm": _status_minutes(confirm_files)}
+    return {
+        "stages": {
+            "screen": {"points": len(grid_screened), "job_min": minutes["screen"]},
+            "refine": {"points": len(refine), "job_min": minutes["refine"]},
+            "confirm": {"points": len(selection["survivors"]), "job_min": minutes["confirm"]},
+        },
+        "gpus_per_job": gpus,
+        "gpu_hours": {k: v * gpus / 60 for k, v in minutes.items()},
+        "dropped": selection["dropped"], "failed": selection.get("failed", []),
+        "best_in_screening": selection.get("best", {}), "survivors": selection["survivors"],
+    }
+
+
+def render_funnel(doc: dict, simulated: bool) -> str:
+    """The Markdown section of the summary that shows the adaptive study's funnel."""
+    label = " (SIMULATED)" if simulated else ""
+    out = [f"## Adaptive study: screening funnel{label}", "",
+           "| stage | points | job time (min) | GPU-hours |", "|---|---|---|---|"]
+    for name, stage in doc["stages"].items():
+        out.append(f"| {name} | {stage['points']} | {stage['job_min']:.1f} | {doc['gpu_hours'][name]:.2f} |")
+    out += ["", f"{len(doc['survivors'])} point(s) confirmed: " + ", ".join(f"`{p}`" for p in doc["survivors"]), ""]
+    if doc["dropped"]:
+        out += ["Dropped after screening (each with its closest comparison to the screening's best):", ""]
+        out += [f"- `{pid}`: {reason}" for pid, reason in sorted(doc["dropped"].items())]
+    if doc["failed"]:
+        out += ["", "Failed in screening (not confirmed): " + ", ".join(f"`{p}`" for p in doc["failed"])]
+    return "\n".join(out) + "\n"
+
+
+def funnel_block(results_dir: Path) -> dict | None:
+    """The funnel as a summary block (docs/results-schema.md, summary.json `sections`), or None without one."""
+    path = Path(results_dir) / "screen" / "funnel.json"
+    if not path.exists():
+        return None
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    rows = [[name, stage["points"], round(stage["job_min"], 1), round(doc["gpu_hours"][name], 2)]
+            for name, stage in doc["stages"].items()]
+    items = [f"`{pid}` dropped: {reason}" for pid, reason in sorted(doc["dropped"].items())]
+    items += [f"`{pid}` failed in screening" for pid in doc.get("failed", [])]
+    return {"kind": "adaptive_funnel", "title": "Adaptive study: screening funnel",
+            "text": (f"{len(doc['survivors'])} point(s) were confirmed ("
+                     + ", ".join(f"`{p}`" for p in doc["survivors"]) + "); only they enter the decisions above."
+                     + (" SIMULATED." if doc.get("simulated") else "")),
+            "table": {"columns": ["stage", "points", "job time (min)", "GPU-hours"], "rows": rows},
+            "items": items}
+
+
+def funnel_markdown(results_dir: Path) -> str:
+    """The funnel section for the optimization summary, or "" when RESULTS_DIR holds no adaptive study."""
+    path = Path(results_dir) / "screen" / "funnel.json"
+    if not path.exists():
+        return ""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    return render_funnel(doc, bool(doc.get("simulated")))
+
+
+def _read_config(path: str) -> dict:
+    """The validated study configuration written by the workflow (results/study_config.yaml)."""
+    return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+
+
+def _run_select(args: argparse.Namespace) -> int:
+    """`ddsweep select`: one selection round over the screening results."""
+    try:
+        config = _read_config(args.config)
+        previous = json.loads(Path(args.previous).read_text(encoding="utf-8")) if args.previous else None
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        print(f"ddsweep select: cannot read {args.previous or args.config}: {exc}", file=sys.stderr)
+        return 2
+    ids = screen_ids(config)
+    selection = select_round(config, Path(args.screen), ids, previous)
+    write_json_atomic(args.out, {"simulated": bool(config.get("simulated")), **selection.to_json()})
+    print(f"{len(selection.survivors)} of {len(selection.screened)} screened point(s) survive; "
+          f"{len(selection.refine)} refinement point(s): {args.out}")
+    return 0
+
+
+def _run_funnel(args: argparse.Namespace) -> int:
+    """`ddsweep funnel`: write the funnel record and its Markdown section."""
+    try:
+        config = _read_config(args.config)
+        selection = json.loads(Path(args.selection).read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        print(f"ddsweep funnel: cannot read {args.selection} or {args.config}: {exc}", file=sys.stderr)
+        return 2
+    doc = funnel(selection, Path(args.screen), Path(args.confirm), config.get("resources", {}).get("gpus", 8))
+    doc["simulated"] = bool(config.get("simulated"))
+    write_json_atomic(args.out, doc)
+    write_text_atomic(args.markdown, render_funnel(doc, doc["simulated"]))
+    print(args.markdown)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `select` and `funnel` subcommands."""
+    parser = subparsers.add_parser("select", help="adaptive study: keep the screened points that could be best",
+                                   description=_run_select.__doc__)
+    parser.add_argument("--config", required=True, help="the validated study config (results/study_config.yaml)")
+    parser.add_argument("--screen", default="results/screen", help="the screening results directory")
+    parser.add_argument("--previous", help="round-1 selection (for the final round, after refinement)")
+    parser.add_argument("--out", required=True, help="the selection JSON to write")
+    parser.set_defaults(func=_run_select)
+    parser = subparsers.add_parser("funnel", help="adaptive study: points and GPU time of each stage",
+                                   description=_run_funnel.__doc__)
+    parser.add_argument("--config", required=True, help="the validated study config")
+    parser.add_argument("--selection", required=True, help="the final selection (results/screen/selection.json)")
+    parser.add_argument("--screen", default="results/screen")
+    parser.add_argument("--confirm", default="results/confirm")
+    parser.add_argument("--out", required=True, help="the funnel JSON to write")
+    parser.add_argument("--markdown", required=True, help="the Markdown section to write")
+    parser.set_defaults(func=_run_funnel)

@@ -1,0 +1,210 @@
+"""The adaptive study's stages: which points each stage runs, their job records, refinement and GPU-time plans.
+
+`sweep.strategy: adaptive` replaces the full grid by three stages: a short screening run of every point
+(regime cells only, few requests, one launch, no coding eval), a selection that keeps every point that could
+still be the best (analysis/screening.py), an optional refinement that screens knob values between the grid's
+(`sweep.refine`), and a confirmation of the survivors with the configured repeats, one fresh server launch
+per repeat.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from collections.abc import Iterable
+
+from ddsweep.config.knobs import effective_tree
+from ddsweep.config.plan import estimate_minutes, running_points, server_key
+from ddsweep.config.study import ConfigError, Point, _compile_constraint, _make_point, expand_points, point_record
+
+STRATEGIES = ("grid", "adaptive")
+
+
+def is_adaptive(config: dict) -> bool:
+    """Whether the study uses the adaptive strategy (screen, select, refine, confirm)."""
+    return config.get("sweep", {}).get("strategy", "grid") == "adaptive"
+
+
+def screen_settings(config: dict) -> dict:
+    """`sweep.screen` of a validated configuration (the schema fills its defaults)."""
+    return config["sweep"]["screen"]
+
+
+def baseline_ids(config: dict) -> list[str]:
+    """Points the selection always keeps: the autoregressive and DFlash baselines."""
+    return [p.point_id for p in expand_points(config) if p.kind in ("ar", "dflash")]
+
+
+def screen_benchmark(config: dict) -> dict:
+    """The screening benchmark: only the regimes' contexts and concurrencies, fewer requests, one repeat."""
+    bench = copy.deepcopy(config["benchmark"])
+    regimes = config.get("analysis", {}).get("regimes", [])
+    if regimes:
+        bench["contexts"] = sorted({r["context"] for r in regimes})
+        bench["concurrency"] = sorted({r["concurrency"] for r in regimes})
+    bench["requests_per_cell"] = screen_settings(config)["requests_per_cell"]
+    bench["repeats"] = 1
+    # Only the primary workload (the one the regimes are measured on), at the regimes' cells.
+    bench["workloads"] = [{**bench["workloads"][0], "contexts": None, "concurrency": None}]
+    return bench
+
+
+def primary_workload(config: dict) -> str:
+    """The name of the workload the regimes are measured on: the first of `benchmark.workloads`."""
+    return config["benchmark"]["workloads"][0]["name"]
+
+
+def screen_record(config: dict, point: Point) -> dict:
+    """The run-point record of a screening job: the screening benchmark and no coding eval."""
+    record = point_record(config, point)
+    record["benchmark"] = screen_benchmark(config)
+    record["coding_eval"] = {**record["coding_eval"], "enabled": False}
+    record["stage"] = "screen"
+    return record
+
+
+def confirm_record(config: dict, point: Point, launch: int) -> dict:
+    """The run-point record of confirmation launch `launch`: one repeat per launch; coding eval in launch 0."""
+    record = point_record(config, point)
+    record["benchmark"] = {**record["benchmark"], "repeats": 1}
+    if launch > 0:
+        record["coding_eval"] = {**record["coding_eval"], "enabled": False}
+    record["stage"] = "confirm"
+    record["launch"] = launch
+    return record
+
+
+def confirm_launches(config: dict) -> int:
+    """Fresh server launches per confirmed point: the configured benchmark repeats."""
+    return int(config["benchmark"].get("repeats", 3))
+
+
+def _allowed(config: dict, point: Point) -> bool:
+    """Whether a ddtree point passes the sweep's constraints."""
+    constraints = [_compile_constraint(c, f"sweep.constraints[{i}]")
+                   for i, c in enumerate(config["sweep"].get("constraints", []))]
+    return all(eval(code, {"__builtins__": {}}, dict(point.knobs)) for code in constraints)  # noqa: S307
+
+
+def screen_ids(config: dict) -> list[str]:
+    """The points the screening runs: every configured point that runs (one per alias group, docs/adaptive.md)."""
+    return [p.point_id for p in running_points(config)]
+
+
+def _server_key(config: dict, point: Point) -> tuple:
+    """What makes the point's server configuration distinct (config/plan.py): equal keys are aliases."""
+    tree = effective_tree(config["engine"]["presets"][point.preset], point.knobs, f"point {point.point_id}")
+    return server_key(config, point, tree)
+
+
+def refine_candidates(config: dict, survivors: Iterable[str]) -> list[Point]:
+    """Points `sweep.refine` adds around the surviving grid points (not explicit `sweep.points`): each refined
+    knob moved by ± its step, kept inside the grid's range for that knob, passing the constraints and not
+    already in the sweep."""
+    refine = config.get("sweep", {}).get("refine") or {}
+    grid = config["sweep"].get("grid") or {}
+    if not refine or not grid:
+        return []
+    known = {p.point_id: p for p in expand_points(config)}
+    seen = {_server_key(config, p) for p in known.values()}
+    added: dict[str, Point] = {}
+    for pid in survivors:
+        point = known.get(pid)
+        if point is None or point.kind != "ddtree" or point.preset != config["sweep"].get("preset", "ddtree"):
+            continue
+        if any(getattr(point, k) not in grid.get(k, [None]) for k in ("budget", "topk", "block_size", "window")):
+            continue  # an explicit point outside the grid (sweep.points) is not refined
+        for knob, step in refine.items():
+            values = [v for v in grid.get(knob, []) if v is not None]
+            if not values or getattr(point, knob) is None:
+                continue
+            for sign in (-1, 1):
+                value = getattr(point, knob) + sign * step
+                if not min(values) < value < max(values) or value in values:
+                    continue
+                knobs = {**point.knobs, knob: value}
+                try:
+                    candidate = _make_point(config, {"preset": point.preset, **knobs}, f"sweep.refine.{knob}")
+                except ConfigError:
+                    continue
+                key = _server_key(config, candidate)
+                if candidate.point_id not in known and key not in seen and _allowed(config, candidate):
+                    added[candidate.point_id] = candidate
+                    seen.add(key)  # a candidate with the same server configuration as another is not added
+    return list(added.values())
+
+
+def resolve_point(config: dict, point_id: str) -> Point:
+    """The point with this id: a configured one, or one that `sweep.refine` could add around a configured one."""
+    known = {p.point_id: p for p in expand_points(config)}
+    if point_id in known:
+        return known[point_id]
+    refined = {p.point_id: p for p in refine_candidates(config, list(known))}
+    if point_id in refined:
+        return refined[point_id]
+    raise ConfigError(f"no point {point_id!r} in this configuration or its refinement (sweep.refine); "
+                      f"configured: {', '.join(known)}")
+
+
+def _max_refinements(config: dict, points: list[Point]) -> int:
+    """Upper bound on refinement points: every refinement candidate of every grid point."""
+    return len(refine_candidates(config, [p.point_id for p in points]))
+
+
+def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
+    """Worst-case and expected job minutes of each adaptive stage, and of the full grid (the points that run),
+    for `ddsweep plan`."""
+    points = running_points(config)
+    n = len(points)
+    screen_cfg = screen_settings(config)
+    est = config["resources"]["estimate"]
+    sbench = screen_benchmark(config)
+    bench = config["benchmark"]
+    full = bench["requests_per_cell"] or statistics.fmean(max(8, 4 * c) for c in sbench["concurrency"])
+    scale = sbench["requests_per_cell"] / full  # cell_min is the time of a full cell
+    screen_point = est["startup_min"] + len(sbench["contexts"]) * len(sbench["concurrency"]) * est["cell_min"] * scale
+    launches = confirm_launches(config)
+    one_launch = copy.deepcopy(config)
+    one_launch["benchmark"]["repeats"] = 1
+    one_launch["coding_eval"] = {**config["coding_eval"], "enabled": False}
+    coding = est["coding_min"] if config["coding_eval"]["enabled"] else 0.0
+    confirm_point = launches * estimate_minutes(one_launch, 1)["per_point_min"] + coding
+    n_refine = _max_refinements(config, points)
+    fraction = screen_cfg["expected_survivors"]
+    n_base = len(baseline_ids(config))
+    expected_survivors = min(n, n_base + fraction * (n - n_base))
+    grid = estimate_minutes(config, n)["total_min"]
+    return {
+        "grid": {"points": n, "worst_min": grid, "expected_min": grid},
+        "screen": {"points": n, "worst_min": n * screen_point, "expected_min": n * screen_point},
+        "refine": {"points": n_refine, "worst_min": n_refine * screen_point,
+                   "expected_min": fraction * n_refine * screen_point},
+        "confirm": {"points": n + n_refine, "worst_min": (n + n_refine) * confirm_point,
+                    "expected_min": (expected_survivors + fraction * fraction * n_refine) * confirm_point},
+    }
+
+
+def format_stage_plan(config: dict) -> list[str]:
+    """Plan lines for an adaptive study: each stage's worst-case and expected GPU time next to the grid's."""
+    if not is_adaptive(config):
+        return []
+    gpus = config.get("resources", {}).get("gpus", 8)
+    stages = stage_estimates(config)
+    fraction = screen_settings(config)["expected_survivors"]
+
+    def hours(minutes: float) -> str:
+        wall = f"{minutes / 60:6.1f} h" if minutes >= 120 else f"{minutes:4.1f} min"
+        return f"{wall} = {minutes * gpus / 60:6.0f} GPU-h"
+
+    lines = ["", f"adaptive strategy (expected: {fraction:.0%} of the non-baseline points survive the screening)",
+             f"{'stage':<10} {'points':>7}  {'worst case':>25}  {'expected':>25}"]
+    for name in ("screen", "refine", "confirm"):
+        s = stages[name]
+        lines.append(f"{name:<10} {s['points']:>7}  {hours(s['worst_min']):>25}  {hours(s['expected_min']):>25}")
+    worst = sum(stages[s]["worst_min"] for s in ("screen", "refine", "confirm"))
+    expected = sum(stages[s]["expected_min"] for s in ("screen", "refine", "confirm"))
+    lines.append(f"{'adaptive':<10} {'':>7}  {hours(worst):>25}  {hours(expected):>25}")
+    lines.append(f"{'full grid':<10} {stages['grid']['points']:>7}  {hours(stages['grid']['worst_min']):>25}  "
+                 f"{hours(stages['grid']['expected_min']):>25}")
+    return lines
+

@@ -1,0 +1,104 @@
+"""The adaptive study's selection: clearly worse points are dropped with their reason, points within noise
+survive, the baselines always survive, refinement is listed, and the funnel counts stages and job time."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+from conftest import demo_config
+
+from ddsweep.analysis.screening import funnel, funnel_block, funnel_markdown, render_funnel, select, select_round
+
+ADAPTIVE = {"sweep": {"strategy": "adaptive", "screen": {"launch_cv": 0.02}}}
+
+
+def requests(speed: float, n: int = 8, spread: float = 0.02, seed: int = 0) -> list[dict]:
+    """Screening requests of every demo regime cell for a point whose decode speed is about `speed` tok/s."""
+    rng = random.Random(seed)
+    out = []
+    for context, concurrency in ((128, 1), (2048, 1), (128, 8)):
+        for i in range(n):
+            rate = speed * (1 + rng.gauss(0, spread))
+            tokens = 32
+            decode = (tokens - 1) / rate
+            verify = round(tokens * 25 / rate)  # acceptance rises with speed, as on the stand-in
+            out.append({"context": context, "concurrency": concurrency, "repeat": 0, "index": i, "warmup": False,
+                        "error": None, "completion_tokens": tokens, "decode_s": decode, "ttft_s": 0.01,
+                        "e2e_s": decode + 0.01, "start_ts": 0.0, "end_ts": decode + 0.01,
+                        "spec_verify_ct": verify, "acceptance_length": tokens / verify})
+    return out
+
+
+def test_a_clearly_worse_point_is_dropped_with_its_reason():
+    config = demo_config(**ADAPTIVE)
+    screened = {"bs8-b8-t4-w2048": requests(100), "bs8-b4-t1-w2048": requests(82, seed=1),
+                "ar": requests(40, seed=2)}
+    selection = select(config, screened)
+    assert "bs8-b4-t1-w2048" not in selection.survivors
+    reason = selection.dropped["bs8-b4-t1-w2048"]
+    pattern = r"\u2212(\d+)% vs best at [a-z_ ]+ \(bs8-b8-t4-w2048\), interval \u2212(\d+)%\u2026\u2212(\d+)%"
+    match = re.fullmatch(pattern, reason)
+    assert match, reason
+    assert 10 <= int(match[1]) <= 25 and int(match[2]) > int(match[1]) > int(match[3])
+    assert selection.survivors == ["bs8-b8-t4-w2048", "ar"]  # the baseline survives although it is slowest
+
+
+def test_a_point_within_noise_survives():
+    config = demo_config(**ADAPTIVE)
+    screened = {"bs8-b8-t4-w2048": requests(100), "bs8-b4-t1-w2048": requests(99, seed=1)}
+    selection = select(config, screened)
+    assert set(selection.survivors) == set(screened)
+    assert not selection.dropped
+
+
+def test_larger_launch_noise_keeps_more_points():
+    screened = {"bs8-b8-t4-w2048": requests(100), "bs8-b4-t1-w2048": requests(85, seed=1)}
+    tight = select(demo_config(**ADAPTIVE), screened)
+    loose = select(demo_config(sweep={"strategy": "adaptive", "screen": {"launch_cv": 0.10}}), screened)
+    assert "bs8-b4-t1-w2048" in tight.dropped
+    assert "bs8-b4-t1-w2048" in loose.survivors
+
+
+def _write_screen(root: Path, point_id: str, records: list[dict], minutes: float = 1.0) -> None:
+    bench = root / point_id / "bench"
+    bench.mkdir(parents=True)
+    (bench / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (root / point_id / "status.json").write_text(json.dumps({"point_id": point_id, "duration_s": minutes * 60}))
+
+
+def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path):
+    config = demo_config(sweep={"strategy": "adaptive", "refine": {"budget": 2}})
+    screen = tmp_path / "screen"
+    for pid, speed in (("bs8-b8-t4-w2048", 100), ("bs8-b4-t1-w2048", 60), ("bs8-b4-t4-w2048", 61),
+                       ("bs8-b8-t1-w2048", 99)):
+        _write_screen(screen, pid, requests(speed, seed=speed))
+    round1 = select_round(config, screen, ["bs8-b8-t4-w2048", "bs8-b4-t1-w2048", "bs8-b4-t4-w2048",
+                                           "bs8-b8-t1-w2048", "ar"], None)
+    assert round1.failed == ["ar"]
+    assert sorted(round1.refine) == ["bs8-b6-t1-w2048", "bs8-b6-t4-w2048"]
+    _write_screen(screen, "bs8-b6-t4-w2048", requests(104, seed=3), minutes=0.5)
+    _write_screen(screen, "bs8-b6-t1-w2048", requests(70, seed=4), minutes=0.5)
+    final = select_round(config, screen, [], round1.to_json())
+    assert "bs8-b6-t4-w2048" in final.survivors and "bs8-b6-t1-w2048" in final.dropped
+    assert "bs8-b4-t1-w2048" in final.dropped  # round-1 reasons are kept
+    confirm = tmp_path / "confirm"
+    for pid in final.survivors:
+        for k in range(3):
+            (confirm / pid / f"launch-{k}").mkdir(parents=True)
+            (confirm / pid / f"launch-{k}" / "status.json").write_text(json.dumps({"duration_s": 120}))
+    doc = funnel(final.to_json(), screen, confirm, gpus=8)
+    assert doc["stages"]["screen"] == {"points": 4, "job_min": 4.0}
+    assert doc["stages"]["refine"] == {"points": 2, "job_min": 1.0}
+    assert doc["stages"]["confirm"]["job_min"] == 6.0 * len(final.survivors)
+    assert doc["gpu_hours"]["screen"] == 4.0 * 8 / 60
+    text = render_funnel(doc, simulated=True)
+    assert "SIMULATED" in text and "`bs8-b4-t1-w2048`: \u2212" in text
+    assert funnel_markdown(tmp_path) == ""
+    (screen / "funnel.json").write_text(json.dumps({**doc, "simulated": True}))
+    assert funnel_markdown(tmp_path) == text
+    block = funnel_block(tmp_path)
+    assert block["table"]["rows"][0] == ["screen", 4, 4.0, round(4.0 * 8 / 60, 2)]
+    assert any(item.startswith("`bs8-b4-t1-w2048` dropped: \u2212") for item in block["items"])

@@ -1,0 +1,70 @@
+"""The adaptive study's stages: job records per stage, refinement points, resolving ids, GPU-time plan."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import demo_config
+
+from ddsweep.config.plan import format_plan
+from ddsweep.config.stages import (
+    confirm_record,
+    refine_candidates,
+    resolve_point,
+    screen_record,
+    stage_estimates,
+)
+from ddsweep.config.study import ConfigError, find_point
+
+
+def test_screen_record_runs_only_regime_cells_briefly_without_coding():
+    config = demo_config(sweep={"strategy": "adaptive", "screen": {"requests_per_cell": 3}})
+    record = screen_record(config, find_point(config, "bs8-b8-t4-w2048"))
+    bench = record["benchmark"]
+    assert bench["contexts"] == [128, 2048] and bench["concurrency"] == [1, 8]
+    assert bench["requests_per_cell"] == 3 and bench["repeats"] == 1
+    assert record["coding_eval"]["enabled"] is False
+
+
+def test_confirm_records_are_one_repeat_per_launch_and_coding_only_in_the_first():
+    config = demo_config(sweep={"strategy": "adaptive"})
+    point = find_point(config, "bs8-b8-t4-w2048")
+    first, second = confirm_record(config, point, 0), confirm_record(config, point, 1)
+    assert first["benchmark"]["repeats"] == second["benchmark"]["repeats"] == 1
+    assert first["benchmark"]["contexts"] == config["benchmark"]["contexts"]
+    assert first["coding_eval"]["enabled"] and not second["coding_eval"]["enabled"]
+
+
+def test_refinement_adds_in_between_values_the_config_allows():
+    config = demo_config(sweep={"strategy": "adaptive", "grid": {"budget": [4, 8, 16]}, "refine": {"budget": 2}})
+    added = [p.point_id for p in refine_candidates(config, ["bs8-b8-t4-w2048", "bs8-b4-t1-w2048", "ar"])]
+    # 8 -> 6 and 10; 4 -> 6 only (2 is outside the grid's range); 4 +- 2 with topk 2 -> 6
+    assert sorted(added) == ["bs8-b10-t4-w2048", "bs8-b6-t1-w2048", "bs8-b6-t4-w2048"]
+    assert resolve_point(config, "bs8-b10-t4-w2048").budget == 10
+
+
+def test_refinement_respects_constraints_skips_aliases_and_is_off_by_default():
+    config = demo_config(sweep={"strategy": "adaptive", "grid": {"budget": [4, 16], "topk": [1, 4, 8]},
+                                "refine": {"topk": 2}, "constraints": ["topk <= budget"]})
+    added = [p.point_id for p in refine_candidates(config, ["bs8-b4-t4-w2048", "bs8-b16-t4-w2048"])]
+    # b4: topk 6 > budget 4 breaks the constraint; topk 2 builds the same width-2 tree as topk 4 (an alias).
+    # b16: the rule caps the width at 3 = 16 // 7 + 1, so topk 6 is an alias of topk 4; topk 2 (width 2) is new.
+    assert added == ["bs8-b16-t2-w2048"]
+    assert refine_candidates(demo_config(sweep={"strategy": "adaptive"}), ["bs8-b8-t4-w2048"]) == []
+
+
+def test_unknown_ids_are_refused_with_the_known_ones():
+    config = demo_config(sweep={"strategy": "adaptive", "refine": {"budget": 2}})
+    with pytest.raises(ConfigError, match="no point 'bs8-b100-t4-w2048'.*configured: ar"):
+        resolve_point(config, "bs8-b100-t4-w2048")
+
+
+def test_plan_shows_each_stage_next_to_the_grid():
+    config = demo_config(sweep={"strategy": "adaptive", "refine": {"budget": 2}})
+    stages = stage_estimates(config)
+    assert stages["screen"]["points"] == stages["grid"]["points"] == 8
+    assert stages["screen"]["worst_min"] < stages["grid"]["worst_min"]
+    assert stages["confirm"]["expected_min"] < stages["confirm"]["worst_min"]
+    text = format_plan(config)
+    for label in ("screen", "refine", "confirm", "full grid", "worst case", "expected"):
+        assert label in text
+    assert "worst case" not in format_plan(demo_config())

@@ -1,0 +1,83 @@
+"""Merging an adaptive study's confirmation launches into one point directory that summarize reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ddsweep.point.launches import MergeError, merge_launches
+
+
+def _launch(root: Path, k: int, speed: float, point_id: str = "bs8-b8-t4-w2048") -> Path:
+    directory = root / point_id / f"launch-{k}"
+    (directory / "bench").mkdir(parents=True)
+    cell = {"context": 128, "concurrency": 1, "repeat": 0, "requests": 2, "completed": 2, "failed": 0,
+            "output_throughput_tok_s": speed, "decode_tok_s": {"median": speed}, "acceptance_length": 4.0,
+            "ttft_s": {"p50": 0.01}, "tpot_s": {"p50": 1 / speed},
+            "steady_state": {"output_throughput_tok_s": speed}}
+    (directory / "bench" / "cells.json").write_text(json.dumps(
+        {"simulated": True, "config": {"repeats": 1}, "cells": [cell], "groups": []}))
+    (directory / "bench" / "requests.jsonl").write_text(
+        "".join(json.dumps({"context": 128, "concurrency": 1, "repeat": 0, "index": i}) + "\n" for i in range(2)))
+    (directory / "point.json").write_text(json.dumps({"point_id": point_id, "launch": k}))
+    (directory / "status.json").write_text(json.dumps({"point_id": point_id, "status": "ok", "duration_s": 10.0,
+                                                       "simulated": True}))
+    return directory
+
+
+def test_launch_k_becomes_repeat_k_with_groups_across_launches(tmp_path):
+    launches = [_launch(tmp_path / "confirm", k, speed) for k, speed in enumerate((100.0, 110.0, 90.0))]
+    out = tmp_path / "points" / "bs8-b8-t4-w2048"
+    status = merge_launches(list(reversed(launches)), out)
+    cells = json.loads((out / "bench" / "cells.json").read_text())
+    assert [c["repeat"] for c in cells["cells"]] == [0, 1, 2]
+    assert [c["output_throughput_tok_s"] for c in cells["cells"]] == [100.0, 110.0, 90.0]
+    group = cells["groups"][0]
+    assert group["repeats"] == 3 and group["decode_tok_s"]["median"] == 100.0
+    records = [json.loads(line) for line in (out / "bench" / "requests.jsonl").read_text().splitlines()]
+    assert sorted({(r["repeat"], r["launch"]) for r in records}) == [(0, 0), (1, 1), (2, 2)]
+    assert json.loads((out / "point.json").read_text())["launch"] == 0
+    assert status["launches"] == 3 and status["duration_s"] == 30.0
+    assert json.loads((out / "status.json").read_text()) == status
+    assert len(json.loads((out / "launches.json").read_text())["launches"]) == 3
+
+
+def test_launches_of_different_points_are_refused(tmp_path):
+    launches = [_launch(tmp_path, 0, 100.0), _launch(tmp_path, 1, 100.0, point_id="ar")]
+    with pytest.raises(MergeError, match="launches of different points"):
+        merge_launches(launches, tmp_path / "out")
+
+
+def _fail(directory: Path, kind: str = "server_crash") -> None:
+    (directory / "status.json").unlink()
+    (directory / "failure.json").write_text(json.dumps({"point_id": "bs8-b8-t4-w2048", "error_kind": kind,
+                                                        "error": f"{kind}: the server exited\nmore detail"}))
+
+
+def test_failed_launches_are_left_out_and_listed(tmp_path):
+    launches = [_launch(tmp_path / "confirm", k, speed) for k, speed in enumerate((100.0, 110.0, 90.0))]
+    _fail(launches[1])
+    out = tmp_path / "points" / "bs8-b8-t4-w2048"
+    status = merge_launches(launches, out)
+    cells = json.loads((out / "bench" / "cells.json").read_text())
+    assert [c["output_throughput_tok_s"] for c in cells["cells"]] == [100.0, 90.0]
+    assert status["launches"] == 2 and (out / "status.json").exists()
+    failed = json.loads((out / "launches.json").read_text())["failed_launches"]
+    assert [f["failure"]["error_kind"] for f in failed] == ["server_crash"]
+
+
+def test_a_point_whose_every_launch_failed_is_a_failed_result(tmp_path):
+    from ddsweep.cli import main
+
+    launches = [_launch(tmp_path / "confirm", k, 100.0) for k in range(2)]
+    for directory in launches:
+        _fail(directory, "startup_exit")
+    out, done = tmp_path / "points" / "bs8-b8-t4-w2048", tmp_path / "done.json"
+    assert main(["merge-launches", *map(str, launches), "--out", str(out), "--done", str(done)]) == 0
+    assert not (out / "status.json").exists()
+    assert json.loads((out / "failure.json").read_text())["error_kind"] == "startup_exit"
+    marker = json.loads(done.read_text())
+    assert (marker["status"], marker["error_kind"], marker["reason"]) == ("failed", "startup_exit",
+                                                                          "startup_exit: the server exited")

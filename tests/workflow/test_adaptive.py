@@ -1,0 +1,84 @@
+"""The adaptive study end to end with real Snakemake against the stand-in: screen, select (checkpoints),
+refine, confirm with one fresh launch per repeat, the merged points summarized, the funnel; and reruns."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import copy_workflow, venv_env
+
+CONFIGS = ("--configfile", ".test/config.yaml", ".test/adaptive.yaml")
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run Snakemake in the working copy with this interpreter's environment."""
+    env = {**venv_env(), "PYTHONPATH": os.pathsep.join([str(workdir / "src"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir, env=env, capture_output=True,
+                          text=True, timeout=900, check=False)
+
+
+@pytest.fixture(scope="module")
+def adaptive_run(tmp_path_factory) -> Path:
+    """The demo study under `sweep.strategy: adaptive`, run once."""
+    workdir = copy_workflow(tmp_path_factory.mktemp("adaptive"))
+    result = snakemake(workdir, "--cores", "2", *CONFIGS)
+    assert result.returncode == 0, result.stderr[-5000:]
+    return workdir
+
+
+@pytest.mark.slow
+def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by_launch(adaptive_run):
+    selection = json.loads((adaptive_run / "results" / "screen" / "selection.json").read_text())
+    assert selection["simulated"] is True
+    assert {"ar", "dflash-bs8-w2048"} <= set(selection["survivors"])
+    assert set(selection["refine"]) == {"bs8-b6-t1-w2048", "bs8-b6-t4-w2048"}
+    for pid in [*selection["screened"]]:
+        assert (adaptive_run / "results" / "screen" / pid / "status.json").exists(), pid
+    for pid in selection["survivors"]:
+        launches = sorted((adaptive_run / "results" / "confirm" / pid).glob("launch-*/status.json"))
+        assert len(launches) == 3, pid
+        cells = json.loads((adaptive_run / "results" / "points" / pid / "bench" / "cells.json").read_text())
+        assert sorted({c["repeat"] for c in cells["cells"]}) == [0, 1, 2]
+    assert not set(selection["dropped"]) & set(selection["survivors"])
+    funnel = json.loads((adaptive_run / "results" / "screen" / "funnel.json").read_text())
+    assert funnel["stages"]["screen"]["points"] == 8 and funnel["stages"]["refine"]["points"] == 2
+    assert funnel["stages"]["confirm"]["points"] == len(selection["survivors"])
+    assert all(stage["job_min"] > 0 for stage in funnel["stages"].values())
+    assert "SIMULATED" in (adaptive_run / "reports" / "adaptive_funnel.md").read_text()
+    summary = (adaptive_run / "reports" / "optimization_summary.md").read_text()
+    assert "## Best point per regime" in summary
+    assert "Adaptive study: screening funnel" in summary
+    assert all(f"`{pid}`" not in summary for pid in selection["dropped"])
+
+
+@pytest.mark.slow
+def test_a_second_invocation_schedules_nothing(adaptive_run):
+    result = snakemake(adaptive_run, "-n", "--cores", "2", *CONFIGS)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_changing_the_analysis_reruns_no_screening_or_confirmation(adaptive_run):
+    config = yaml.safe_load((adaptive_run / ".test" / "config.yaml").read_text())
+    config["analysis"]["spread_warning"] = 0.2
+    (adaptive_run / "changed.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(adaptive_run, "--cores", "2", "--configfile", "changed.yaml", ".test/adaptive.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    executed = set(re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):", result.stdout + result.stderr, re.MULTILINE))
+    assert {"screen_select", "screen_final", "summarize"} <= executed  # the selection and summary are redone
+    assert not {"screen_point", "confirm_launch", "confirm_merge"} & executed, executed
+
+
+def test_the_adaptive_workflow_lints_clean():
+    root = Path(__file__).resolve().parents[2]
+    result = snakemake(root, "--lint", *CONFIGS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "good condition" in result.stdout + result.stderr

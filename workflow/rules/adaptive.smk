@@ -1,0 +1,152 @@
+# Adaptive study (sweep.strategy: adaptive; docs/adaptive.md). Instead of running every point in full:
+# 1. screen_point: every configured point, briefly (regime cells, few requests, one launch, no coding eval),
+#    under results/screen/<id>/;
+# 2. checkpoint screen_select: keep every point that could still be the best (results/screen/round1.json),
+#    listing refinement points around the survivors (sweep.refine), which are then screened too;
+# 3. checkpoint screen_final: select again among survivors and refinement points (results/screen/selection.json);
+# 4. confirm_launch: each survivor with the configured repeats, each repeat a fresh server launch
+#    (results/confirm/<id>/launch-<k>/); launch k of every survivor waits for launch k-1 of all survivors, so
+#    launches interleave across points; confirm_merge joins a point's launches into results/points/<id>/,
+#    the layout `ddsweep summarize` reads; funnel records the points and GPU time of each stage.
+# Stage results live in their own directories: changing the analysis or the confirmation reruns no screening.
+include: "adaptive_common.smk"
+
+
+localrules:
+    screen_select,
+    screen_final,
+    confirm_merge,
+    funnel,
+
+
+wildcard_constraints:
+    apoint=r"[A-Za-z0-9_.-]+",
+    launch="|".join(str(k) for k in range(LAUNCHES)),
+
+
+rule screen_point:
+    input:
+        preflight=adaptive_preflight,
+    output:
+        done="results/screen/{apoint}/done.json",
+    log:
+        "results/logs/screen/{apoint}.log",
+    # as run_point (points.smk): resubmitted by the submit host only after an interruption from outside
+    retries: 0 if workflow.remote_exec else RESOURCES["retries"]
+    conda:
+        "../../envs/server.yaml"
+    threads: 1 if STUDY["simulated"] else workflow.cores
+    resources:
+        gres=slurm_gpu_request(),
+        slurm_partition=RESOURCES.get("partition") or "",
+        runtime=RESOURCES["runtime_min"],
+        cpus_per_task=RESOURCES["cpus_per_task"],
+        mem_mb=RESOURCES["mem_mb"],
+        constraint=RESOURCES["constraint"],
+        nodes=RESOURCES["nodes"],
+        slurm_extra=slurm_extra_flags(),
+    params:
+        record=lambda wildcards: json.dumps(screen_record(STUDY, adaptive_point(wildcards)), sort_keys=True),
+        outdir=lambda wildcards: f"results/screen/{wildcards.apoint}",
+    shell:
+        "ddsweep run-point --record {params.record:q} --out {params.outdir} --done {output.done} > {log} 2>&1 "
+        "|| (tail -n 30 {log} >&2; exit 1)"
+
+
+checkpoint screen_select:
+    input:
+        points=expand("results/screen/{apoint}/done.json", apoint=list(POINTS)),
+        config="results/study_config.yaml",
+    output:
+        "results/screen/round1.json",
+    log:
+        "results/logs/screen/select_round1.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "ddsweep select --config {input.config} --screen results/screen --out {output} > {log} 2>&1"
+
+
+checkpoint screen_final:
+    input:
+        round1="results/screen/round1.json",
+        refined=refined_screen_files,
+        config="results/study_config.yaml",
+    output:
+        "results/screen/selection.json",
+    log:
+        "results/logs/screen/select_final.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "ddsweep select --config {input.config} --screen results/screen --previous {input.round1} "
+        "--out {output} > {log} 2>&1"
+
+
+rule confirm_launch:
+    input:
+        preflight=adaptive_preflight,
+        previous=previous_launch_round,
+    output:
+        done="results/confirm/{apoint}/launch-{launch}/done.json",
+    log:
+        "results/logs/confirm/{apoint}-launch-{launch}.log",
+    # as run_point (points.smk): resubmitted by the submit host only after an interruption from outside
+    retries: 0 if workflow.remote_exec else RESOURCES["retries"]
+    conda:
+        "../../envs/server.yaml"
+    threads: 1 if STUDY["simulated"] else workflow.cores
+    resources:
+        gres=slurm_gpu_request(),
+        slurm_partition=RESOURCES.get("partition") or "",
+        runtime=RESOURCES["runtime_min"],
+        cpus_per_task=RESOURCES["cpus_per_task"],
+        mem_mb=RESOURCES["mem_mb"],
+        constraint=RESOURCES["constraint"],
+        nodes=RESOURCES["nodes"],
+        slurm_extra=slurm_extra_flags(),
+    params:
+        record=lambda wildcards: json.dumps(
+            confirm_record(STUDY, adaptive_point(wildcards), int(wildcards.launch)),
+            sort_keys=True,
+        ),
+        outdir=lambda wildcards: f"results/confirm/{wildcards.apoint}/launch-{wildcards.launch}",
+    shell:
+        "ddsweep run-point --record {params.record:q} --out {params.outdir} --done {output.done} > {log} 2>&1 "
+        "|| (tail -n 30 {log} >&2; exit 1)"
+
+
+rule confirm_merge:
+    input:
+        expand(
+            "results/confirm/{{apoint}}/launch-{launch}/done.json",
+            launch=range(LAUNCHES),
+        ),
+    output:
+        done="results/points/{apoint}/done.json",
+    log:
+        "results/logs/confirm/{apoint}-merge.log",
+    conda:
+        "../../envs/server.yaml"
+    params:
+        launches=lambda wildcards, input: [str(Path(f).parent) for f in input],
+        outdir=lambda wildcards: f"results/points/{wildcards.apoint}",
+    shell:
+        "ddsweep merge-launches {params.launches:q} --out {params.outdir} --done {output.done} > {log} 2>&1"
+
+
+rule funnel:
+    input:
+        selection="results/screen/selection.json",
+        points=confirmed_done_files,
+        config="results/study_config.yaml",
+    output:
+        funnel="results/screen/funnel.json",
+        markdown="reports/adaptive_funnel.md",
+    log:
+        "results/logs/funnel.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "ddsweep funnel --config {input.config} --selection {input.selection} --screen results/screen "
+        "--confirm results/confirm --out {output.funnel} --markdown {output.markdown} > {log} 2>&1"

@@ -39,8 +39,11 @@ def _study() -> dict:
         for fault in faults:
             args += ["--sim-fault", fault]
         faulty[name] = {**presets["ddtree"], "args": args}
+    # The lenient stand-in: the strict one spends seconds importing SGLang at every start, and the 6 s startup
+    # limit (which bounds the never-healthy case) is about the faults, not the contract (tests/contract/).
+    launcher = yaml.safe_load((ROOT / ".test" / "config.yaml").read_text())["engine"]["launcher"]
     return {
-        "engine": {"presets": faulty, "startup_timeout_s": 6},
+        "engine": {"presets": faulty, "startup_timeout_s": 6, "launcher": [*launcher, "--sim-strict", "off"]},
         "sweep": {"grid": {"budget": [4], "topk": [2], "block_size": [8], "window": [2048]},
                   "points": [{"preset": name, "budget": 8, "topk": 4, "block_size": 8, "window": 2048}
                              for name in FAULTS]},

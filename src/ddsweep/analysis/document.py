@@ -182,7 +182,9 @@ def _alias_caveat(d: Decisions) -> dict[str, Any] | None:
     for entry in d.results.plan.values():
         if entry.get("alias_group"):
             groups.setdefault(str(entry["alias_group"]), []).append(entry)
-    groups = {rep: members for rep, members in groups.items() if len(members) > 1}
+    # groups of this summary's points only (an adaptive study's summary covers the confirmed points)
+    measured = {p.point_id for p in d.results.points}
+    groups = {rep: members for rep, members in groups.items() if len(members) > 1 and rep in measured}
     if not groups:
         return None
     items = []

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,26 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import copy_workflow, venv_env
+from test_slurm import SLURM_MARKS
 
-
-def _slurm_answers() -> bool:
-    """Whether a Slurm controller answers `sinfo` on this machine."""
-    if shutil.which("sinfo") is None:
-        return False
-    try:
-        done = subprocess.run(["sinfo", "--noheader", "--format=%T"], capture_output=True, text=True, timeout=15,
-                              check=False)
-    except subprocess.TimeoutExpired:
-        return False
-    return done.returncode == 0 and bool(done.stdout.strip())
-
-
-pytestmark = [
-    pytest.mark.slurm,
-    pytest.mark.slow,
-    pytest.mark.skipif(not _slurm_answers(), reason="no Slurm controller answers `sinfo` here; start the test "
-                       "cluster with `bash .ci/slurm-up.sh` (as root)"),
-]
+pytestmark = SLURM_MARKS
 
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: (\S+)\)")

@@ -31,12 +31,14 @@ def _slurm_answers() -> bool:
     return done.returncode == 0 and bool(done.stdout.strip())
 
 
-pytestmark = [
+# The marks of every test that submits to the local Slurm (also used by the other Slurm test modules).
+SLURM_MARKS = [
     pytest.mark.slurm,
     pytest.mark.slow,
     pytest.mark.skipif(not _slurm_answers(), reason="no Slurm controller answers `sinfo` here; start the test "
                        "cluster with `bash .ci/slurm-up.sh` (as root)"),
 ]
+pytestmark = SLURM_MARKS
 
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: (\S+)\)")

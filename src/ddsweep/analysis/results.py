@@ -3,6 +3,9 @@
 Every point directory under ``results/points/`` becomes one :class:`PointRecord`; its benchmark cells, groups
 and coding problems become rows of the tidy tables described in ``docs/results-schema.md``. A file that is
 missing or unreadable never raises: the point is recorded with the reason so the summary can list it.
+
+Longer than the ~500-line guide because every point file a crashed or interrupted job can leave half-written
+is read defensively here, in one place; the tables, statistics and decisions built on it live in sibling modules.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""The stand-in SGLang server: endpoints, a continuous-batching scheduler loop, fault injection."""
+"""The stand-in SGLang server: endpoints, a continuous-batching scheduler loop, fault injection.
+
+Longer than the ~500-line guide because the endpoints, the scheduler loop and the faults share one server state;
+the HTTP layer (`http`), the timing and acceptance model (`model`) and SGLang's request checks (`contract`) are
+sibling modules.
+"""
 
 from __future__ import annotations
 

@@ -13,10 +13,11 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "ddsweep"
 # docstrings of each package's __init__.py.
 ALLOWED = {
     "storage": set(),
+    "console": set(),
     "config": {"storage"},
-    "bench": {"storage", "config"},
-    "coding": {"storage", "config"},
-    "point": {"storage", "config", "bench", "coding"},
+    "bench": {"storage", "config", "console"},
+    "coding": {"storage", "config", "console"},
+    "point": {"storage", "config", "bench", "coding", "console"},
     "analysis": {"storage", "config", "coding"},
     "sim": {"storage", "config", "bench", "coding"},
     "cli": set(),  # loads subcommand modules by name only (importlib), never by import statement

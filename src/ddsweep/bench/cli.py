@@ -11,6 +11,7 @@ import httpx
 from ddsweep import storage
 from ddsweep.bench.cells import BenchmarkError, BenchSettings, _arun, _run_async
 from ddsweep.bench.transport import HTTP_CLIENTS
+from ddsweep.console import ProgressLine
 
 
 def _ints(text: str) -> list[int]:
@@ -87,14 +88,14 @@ def main(args: argparse.Namespace) -> int:
     requests_path = out.parent / f"{out.stem}.requests.jsonl"
     simulated = detect_simulated(args.url)
 
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
+    progress = ProgressLine()
     status = 0
     try:
         doc = _arun(_run_async(args.url, requests_path, out, settings, simulated, progress))
     except BenchmarkError as exc:
-        progress(f"error: {exc}")
+        progress.close()
+        print(f"error: {exc}", file=sys.stderr)
         doc, status = storage.read_json(out), 1
+    progress.close()
     print(format_table(doc))
     return status

@@ -18,6 +18,7 @@ from ddsweep.coding.humaneval import Problem, select_problems
 from ddsweep.coding.lossless import compare_outputs
 from ddsweep.coding.sandbox import ISOLATION_CHOICES, IsolationError, Sandbox
 from ddsweep.config.defaults import schema_default
+from ddsweep.console import ProgressLine
 from ddsweep.storage import write_json_atomic, write_jsonl_atomic
 
 INSTRUCTION = (
@@ -300,17 +301,20 @@ def main(args: argparse.Namespace) -> int:
         isolation=args.isolation,
         require_isolation=not args.allow_weak_isolation,
     )
+    progress = ProgressLine()
     try:
         summary = run_coding_eval(
             args.url,
             Path(args.out),
             settings,
             simulated=args.simulated,
-            progress=lambda line: print(line, file=sys.stderr),
+            progress=progress,
         )
     except (CodingEvalError, ValueError) as exc:
+        progress.close()
         print(f"coding-eval failed: {exc}", file=sys.stderr)
         return 1
+    progress.close()
     print(
         f"pass@1 {summary['passed']}/{summary['problems']} = {summary['pass_at_1']:.3f}; "
         f"truncated {summary['truncated']}; sandbox {summary['sandbox']['isolation']}; "

@@ -14,6 +14,9 @@ import pytest
 import yaml
 from conftest import copy_workflow, venv_env
 
+from ddsweep.config.stages import refine_candidates
+from ddsweep.config.study import load_config
+
 CONFIGS = ("--configfile", ".test/config.yaml", ".test/adaptive.yaml")
 
 
@@ -38,7 +41,13 @@ def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by
     selection = json.loads((adaptive_run / "results" / "screen" / "selection.json").read_text())
     assert selection["simulated"] is True
     assert {"ar", "dflash-bs8-w2048"} <= set(selection["survivors"])
-    assert set(selection["refine"]) == {"bs8-b6-t1-w2048", "bs8-b6-t4-w2048"}
+    # Which points survive screening depends on timing noise; the refinement must be sweep.refine's budget
+    # steps around exactly the first round's surviving grid points (budget 6 lies between the grid's 4 and 8).
+    round1 = json.loads((adaptive_run / "results" / "screen" / "round1.json").read_text())
+    config = load_config(adaptive_run / "results" / "study_config.yaml")  # the study as the workflow ran it
+    expected = {p.point_id for p in refine_candidates(config, round1["survivors"])}
+    assert set(selection["refine"]) == set(round1["refine"]) == expected
+    assert expected <= {"bs8-b6-t1-w2048", "bs8-b6-t4-w2048"}
     for pid in [*selection["screened"]]:
         assert (adaptive_run / "results" / "screen" / pid / "status.json").exists(), pid
     for pid in selection["survivors"]:
@@ -48,14 +57,19 @@ def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by
         assert sorted({c["repeat"] for c in cells["cells"]}) == [0, 1, 2]
     assert not set(selection["dropped"]) & set(selection["survivors"])
     funnel = json.loads((adaptive_run / "results" / "screen" / "funnel.json").read_text())
-    assert funnel["stages"]["screen"]["points"] == 8 and funnel["stages"]["refine"]["points"] == 2
+    assert funnel["stages"]["screen"]["points"] == 8
+    assert funnel["stages"]["refine"]["points"] == len(selection["refine"])
     assert funnel["stages"]["confirm"]["points"] == len(selection["survivors"])
-    assert all(stage["job_min"] > 0 for stage in funnel["stages"].values())
+    assert all(stage["job_min"] > 0 for stage in funnel["stages"].values() if stage["points"])
     assert "SIMULATED" in (adaptive_run / "reports" / "adaptive_funnel.md").read_text()
     summary = (adaptive_run / "reports" / "optimization_summary.md").read_text()
     assert "## Best point per regime" in summary
     assert "Adaptive study: screening funnel" in summary
-    assert all(f"`{pid}`" not in summary for pid in selection["dropped"])
+    # Dropped points appear only in the funnel, each with why; the decisions cover the confirmed points only.
+    head, funnel_text = summary.split("Adaptive study: screening funnel", 1)
+    funnel_text = funnel_text.split("\n## ", 1)[0]
+    assert all(f"`{pid}`" not in head + summary.split(funnel_text, 1)[1] for pid in selection["dropped"])
+    assert all(f"`{pid}` dropped: " in funnel_text for pid in selection["dropped"])
 
 
 @pytest.mark.slow

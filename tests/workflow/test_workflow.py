@@ -199,7 +199,8 @@ def test_html_report_opens_in_a_browser_shows_every_plot_and_has_no_broken_links
             page.locator("tr", has_text=f"{plot}.png").locator("a[iconname=eye]").click()
             image = page.locator(f"img[src$='/{plot}.png']")
             image.wait_for(timeout=10_000)
-            shown[plot] = image.evaluate("img => img.complete ? img.naturalWidth : 0")
+            # decode() settles once the image has loaded (or failed: then the width stays 0)
+            shown[plot] = image.evaluate("img => img.decode().then(() => img.naturalWidth, () => 0)")
         browser.close()
     assert all(width > 300 for width in shown.values()), shown
     assert failures == []

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import yaml
 
-from ddsweep.analysis.screening import estimate, select_round
+from ddsweep.analysis.screening import estimate, race_round, select_round
 from ddsweep.config.plan import running_points
 from ddsweep.config.stages import refine_candidates, resolve_point, screen_benchmark
 from ddsweep.config.study import Point, validate_config
@@ -194,32 +194,40 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
     points = {p.point_id: p for p in running_points(config)}
     minutes = 0.0
 
+    def write_launch(directory: Path, records: list[dict]) -> None:
+        (directory / "bench").mkdir(parents=True, exist_ok=True)
+        (directory / "bench" / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        (directory / "status.json").write_text("{}")
+
     def screen(point: Point) -> None:
         nonlocal minutes
         records = measure(config, point, n_screen, math.exp(rng.gauss(0, launch_cv)), rng)
-        (workdir / point.point_id / "bench").mkdir(parents=True, exist_ok=True)
-        (workdir / point.point_id / "bench" / "requests.jsonl").write_text(
-            "".join(json.dumps(r) + "\n" for r in records))
-        (workdir / point.point_id / "status.json").write_text("{}")
+        write_launch(workdir / "screen" / point.point_id, records)
         minutes += job_minutes(config, screen_cells, n_screen, 1, False)
 
     for point in points.values():
         screen(point)
-    round1 = select_round(config, workdir, list(points), None)
+    round1 = select_round(config, workdir / "screen", list(points), None)
     refined = {p.point_id: p for p in refine_candidates(config, round1.survivors)}
     for point in refined.values():
         screen(point)
-    final = select_round(config, workdir, [], round1.to_json())
+    race = select_round(config, workdir / "screen", [], round1.to_json())
     all_points = {**points, **refined}
     cells = len(bench["contexts"]) * len(bench["concurrency"])
-    figs = {}
-    for pid in final.survivors:
-        launches = [measure(config, all_points[pid], bench["requests_per_cell"],
-                            math.exp(rng.gauss(0, launch_cv)), rng) for _ in range(bench["repeats"])]
-        figs[pid] = figures(config, launches)
-        minutes += sum(job_minutes(config, cells, bench["requests_per_cell"], 1, k == 0)
-                       for k in range(bench["repeats"]))
-    funnel = {"screened": len(points), "refined": len(refined), "confirmed": len(final.survivors)}
+    runs: dict[str, list[list[dict]]] = {}
+    entered = len(race.survivors)
+    last = bench["repeats"] - 1
+    for k in range(bench["repeats"]):
+        for pid in race.survivors:  # launch k of every point still in the race (interleaved in the workflow)
+            records = measure(config, all_points[pid], bench["requests_per_cell"],
+                              math.exp(rng.gauss(0, launch_cv)), rng)
+            runs.setdefault(pid, []).append(records)
+            write_launch(workdir / "confirm" / pid / f"launch-{k}", records)
+            minutes += job_minutes(config, cells, bench["requests_per_cell"], 1, k == last)
+        if k < last:
+            race = race_round(config, workdir / "screen", workdir / "confirm", race.to_json(), k)
+    figs = {pid: figures(config, runs[pid]) for pid in race.survivors}
+    funnel = {"screened": len(points), "refined": len(refined), "confirmed": f"{entered}→{len(race.survivors)}"}
     return recommend(config, figs), minutes, funnel
 
 

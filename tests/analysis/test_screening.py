@@ -10,7 +10,15 @@ from pathlib import Path
 
 from conftest import demo_config
 
-from ddsweep.analysis.screening import funnel, funnel_block, funnel_markdown, render_funnel, select, select_round
+from ddsweep.analysis.screening import (
+    funnel,
+    funnel_block,
+    funnel_markdown,
+    race_round,
+    render_funnel,
+    select,
+    select_round,
+)
 
 ADAPTIVE = {"sweep": {"strategy": "adaptive", "screen": {"launch_cv": 0.02}}}
 
@@ -34,8 +42,8 @@ def requests(speed: float, n: int = 8, spread: float = 0.02, seed: int = 0) -> l
 
 def test_a_clearly_worse_point_is_dropped_with_its_reason():
     config = demo_config(**ADAPTIVE)
-    screened = {"bs8-b8-t4-w2048": requests(100), "bs8-b4-t1-w2048": requests(82, seed=1),
-                "ar": requests(40, seed=2)}
+    screened = {"bs8-b8-t4-w2048": [requests(100)], "bs8-b4-t1-w2048": [requests(82, seed=1)],
+                "ar": [requests(40, seed=2)]}
     selection = select(config, screened)
     assert "bs8-b4-t1-w2048" not in selection.survivors
     reason = selection.dropped["bs8-b4-t1-w2048"]
@@ -48,18 +56,36 @@ def test_a_clearly_worse_point_is_dropped_with_its_reason():
 
 def test_a_point_within_noise_survives():
     config = demo_config(**ADAPTIVE)
-    screened = {"bs8-b8-t4-w2048": requests(100), "bs8-b4-t1-w2048": requests(99, seed=1)}
+    screened = {"bs8-b8-t4-w2048": [requests(100)], "bs8-b4-t1-w2048": [requests(101, seed=1)]}
     selection = select(config, screened)
     assert set(selection.survivors) == set(screened)
     assert not selection.dropped
 
 
 def test_larger_launch_noise_keeps_more_points():
-    screened = {"bs8-b8-t4-w2048": requests(100), "bs8-b4-t1-w2048": requests(85, seed=1)}
+    screened = {"bs8-b8-t4-w2048": [requests(100)], "bs8-b4-t1-w2048": [requests(85, seed=1)]}
     tight = select(demo_config(**ADAPTIVE), screened)
     loose = select(demo_config(sweep={"strategy": "adaptive", "screen": {"launch_cv": 0.10}}), screened)
     assert "bs8-b4-t1-w2048" in tight.dropped
     assert "bs8-b4-t1-w2048" in loose.survivors
+
+
+def test_a_near_tie_is_dropped_only_within_the_tolerance():
+    exact = {"sweep": {"strategy": "adaptive", "screen": {"launch_cv": 0.0}}}
+    screened = {"bs8-b8-t4-w2048": [requests(100, n=64, spread=0.001)],
+                "bs8-b4-t1-w2048": [requests(99.8, n=64, spread=0.001, seed=1)]}
+    assert "bs8-b4-t1-w2048" in select(demo_config(**exact), screened).dropped  # default tolerance 1%
+    exact["sweep"]["screen"]["tolerance"] = 0.0
+    assert set(select(demo_config(**exact), screened).survivors) == set(screened)
+
+
+def test_more_launches_narrow_the_between_launch_error():
+    config = demo_config(sweep={"strategy": "adaptive", "screen": {"launch_cv": 0.04}})
+    one = {"bs8-b8-t4-w2048": [requests(100)], "bs8-b4-t1-w2048": [requests(93, seed=1)]}
+    four = {pid: [requests(speed, seed=seed + k) for k in range(4)]
+            for pid, speed, seed in (("bs8-b8-t4-w2048", 100, 0), ("bs8-b4-t1-w2048", 93, 10))}
+    assert "bs8-b4-t1-w2048" in select(config, one).survivors
+    assert "bs8-b4-t1-w2048" in select(config, four).dropped
 
 
 def _write_screen(root: Path, point_id: str, records: list[dict], minutes: float = 1.0) -> None:
@@ -67,6 +93,27 @@ def _write_screen(root: Path, point_id: str, records: list[dict], minutes: float
     bench.mkdir(parents=True)
     (bench / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (root / point_id / "status.json").write_text(json.dumps({"point_id": point_id, "duration_s": minutes * 60}))
+
+
+def test_the_race_drops_after_each_launch_keeps_baselines_and_points_without_a_completed_launch(tmp_path):
+    config = demo_config(sweep={"strategy": "adaptive", "screen": {"launch_cv": 0.04}})
+    screen, confirm = tmp_path / "screen", tmp_path / "confirm"
+    speeds = {"bs8-b8-t4-w2048": 100, "bs8-b4-t1-w2048": 93, "ar": 40, "bs8-b8-t1-w2048": 99}
+    for pid, speed in speeds.items():
+        _write_screen(screen, pid, requests(speed, seed=speed))
+    previous = select_round(config, screen, list(speeds), None).to_json()
+    assert set(previous["survivors"]) == set(speeds)  # one launch cannot separate 7% at launch_cv 0.04
+    for k in range(2):
+        for pid, speed in speeds.items():
+            if pid != "bs8-b8-t1-w2048":  # its confirmation launches crash: no status.json
+                _write_screen(confirm / pid, f"launch-{k}", requests(speed, seed=speed + 1 + k))
+    after_first = race_round(config, screen, confirm, previous, 0)
+    after_second = race_round(config, screen, confirm, after_first.to_json(), 1)
+    assert "bs8-b4-t1-w2048" in after_first.survivors
+    assert after_second.survivors == ["bs8-b8-t4-w2048", "ar", "bs8-b8-t1-w2048"]
+    assert after_second.dropped["bs8-b4-t1-w2048"].startswith("after confirmation launch 2: \u2212")
+    assert [r["stage"] for r in after_second.rounds] == ["screen", "confirm launch 1", "confirm launch 2"]
+    assert after_second.rounds[-1] == {"stage": "confirm launch 2", "entered": 4, "kept": 3}
 
 
 def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path):

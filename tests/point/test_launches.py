@@ -44,6 +44,15 @@ def test_launch_k_becomes_repeat_k_with_groups_across_launches(tmp_path):
     assert len(json.loads((out / "launches.json").read_text())["launches"]) == 3
 
 
+def test_the_coding_eval_comes_from_the_launch_that_ran_it(tmp_path):
+    launches = [_launch(tmp_path / "confirm", k, 100.0) for k in range(3)]
+    (launches[2] / "coding").mkdir()
+    (launches[2] / "coding" / "results.jsonl").write_text('{"task_id": "HumanEval/0", "passed": true}\n')
+    out = tmp_path / "points" / "bs8-b8-t4-w2048"
+    merge_launches(launches, out)
+    assert (out / "coding" / "results.jsonl").read_text() == '{"task_id": "HumanEval/0", "passed": true}\n'
+
+
 def test_launches_of_different_points_are_refused(tmp_path):
     launches = [_launch(tmp_path, 0, 100.0), _launch(tmp_path, 1, 100.0, point_id="ar")]
     with pytest.raises(MergeError, match="launches of different points"):

@@ -53,16 +53,28 @@ def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by
     assert expected <= {"bs8-b6-t1-w2048", "bs8-b6-t4-w2048"}
     for pid in [*selection["screened"]]:
         assert (adaptive_run / "results" / "screen" / pid / "status.json").exists(), pid
+    # The race: launch k+1 runs for the points the selection after launch k keeps; the last race record lists
+    # the confirmed points, which alone have every launch merged into results/points/.
+    races = [json.loads((adaptive_run / "results" / "confirm" / f"race-{k}.json").read_text()) for k in range(2)]
+    assert set(races[0]["survivors"]) <= set(selection["survivors"])
+    assert set(races[1]["survivors"]) <= set(races[0]["survivors"])
+    assert {"ar", "dflash-bs8-w2048"} <= set(races[1]["survivors"])
+    entered = [selection["survivors"], races[0]["survivors"], races[1]["survivors"]]
     for pid in selection["survivors"]:
         launches = sorted((adaptive_run / "results" / "confirm" / pid).glob("launch-*/status.json"))
-        assert len(launches) == 3, pid
+        assert len(launches) == sum(pid in points for points in entered), pid
+    for pid in races[1]["survivors"]:
         cells = json.loads((adaptive_run / "results" / "points" / pid / "bench" / "cells.json").read_text())
         assert sorted({c["repeat"] for c in cells["cells"]}) == [0, 1, 2]
+    assert sorted(p.name for p in (adaptive_run / "results" / "points").iterdir()) == sorted(races[1]["survivors"])
+    assert [r["stage"] for r in races[1]["rounds"]] == ["screen", "refine", "confirm launch 1", "confirm launch 2"]
+    selection = races[1]
     assert not set(selection["dropped"]) & set(selection["survivors"])
     funnel = json.loads((adaptive_run / "results" / "screen" / "funnel.json").read_text())
     assert funnel["stages"]["screen"]["points"] == 8
     assert funnel["stages"]["refine"]["points"] == len(selection["refine"])
-    assert funnel["stages"]["confirm"]["points"] == len(selection["survivors"])
+    assert funnel["stages"]["confirm"]["points"] == len(entered[0])
+    assert funnel["survivors"] == selection["survivors"]
     assert all(stage["job_min"] > 0 for stage in funnel["stages"].values() if stage["points"])
     assert "SIMULATED" in (adaptive_run / "reports" / "adaptive_funnel.md").read_text()
     summary = (adaptive_run / "reports" / "optimization_summary.md").read_text()
@@ -93,6 +105,7 @@ def test_changing_the_analysis_reruns_no_screening_or_confirmation(adaptive_run)
     executed = set(re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):", result.stdout + result.stderr, re.MULTILINE))
     assert {"screen_select", "screen_final", "summarize"} <= executed  # the selection and summary are redone
     assert not {"screen_point", "confirm_launch", "confirm_merge"} & executed, executed
+    assert "confirm_race" in executed  # the race is a selection too: it follows the analysis
 
 
 def test_the_adaptive_workflow_lints_clean():

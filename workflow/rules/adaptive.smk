@@ -5,9 +5,11 @@
 #    listing refinement points around the survivors (sweep.refine), which are then screened too;
 # 3. checkpoint screen_final: select again among survivors and refinement points (results/screen/selection.json);
 # 4. confirm_launch: each survivor with the configured repeats, each repeat a fresh server launch
-#    (results/confirm/<id>/launch-<k>/); launch k of every survivor waits for launch k-1 of all survivors, so
-#    launches interleave across points; confirm_merge joins a point's launches into results/points/<id>/,
-#    the layout `ddsweep summarize` reads; funnel records the points and GPU time of each stage.
+#    (results/confirm/<id>/launch-<k>/); after launch k of every point still in the race, checkpoint
+#    confirm_race (results/confirm/race-<k>.json) drops the points that can no longer be the best, and launch
+#    k+1 runs for the others, so launches interleave across points; the coding eval runs in the last launch;
+#    confirm_merge joins a point's launches into results/points/<id>/, the layout `ddsweep summarize` reads;
+#    funnel records the points and GPU time of each stage.
 # Stage results live in their own directories: changing the analysis or the confirmation reruns no screening.
 include: "adaptive_common.smk"
 
@@ -15,6 +17,7 @@ include: "adaptive_common.smk"
 localrules:
     screen_select,
     screen_final,
+    confirm_race,
     confirm_merge,
     funnel,
 
@@ -116,6 +119,21 @@ rule confirm_launch:
         "|| (tail -n 30 {log} >&2; exit 1)"
 
 
+checkpoint confirm_race:
+    input:
+        unpack(race_inputs),
+        config="results/study_config.yaml",
+    output:
+        "results/confirm/race-{launch}.json",
+    log:
+        "results/logs/confirm/race-{launch}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "ddsweep select --config {input.config} --screen results/screen --confirm results/confirm "
+        "--previous {input.previous} --launch {wildcards.launch} --out {output} > {log} 2>&1"
+
+
 rule confirm_merge:
     input:
         expand(
@@ -137,7 +155,7 @@ rule confirm_merge:
 
 rule funnel:
     input:
-        selection="results/screen/selection.json",
+        selection=final_selection,
         points=confirmed_done_files,
         config="results/study_config.yaml",
     output:

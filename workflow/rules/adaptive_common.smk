@@ -22,9 +22,18 @@ def refined_screen_files(wildcards):
     return expand("results/screen/{apoint}/done.json", apoint=round1["refine"])
 
 
+def race_points(launch):
+    """The points that run confirmation launch LAUNCH: the final selection's survivors for launch 0, then the
+    survivors of the race after the previous launch (checkpoint confirm_race)."""
+    if launch == 0:
+        return json.loads(Path(checkpoints.screen_final.get().output[0]).read_text())["survivors"]
+    race = checkpoints.confirm_race.get(launch=str(launch - 1)).output[0]
+    return json.loads(Path(race).read_text())["survivors"]
+
+
 def confirmed_points():
-    """The points the final selection keeps (known once the screen_final checkpoint has run)."""
-    return json.loads(Path(checkpoints.screen_final.get().output[0]).read_text())["survivors"]
+    """The points that ran every confirmation launch (known once the last race checkpoint has run)."""
+    return race_points(LAUNCHES - 1)
 
 
 def confirmed_done_files(wildcards):
@@ -32,15 +41,29 @@ def confirmed_done_files(wildcards):
     return expand("results/points/{apoint}/done.json", apoint=confirmed_points())
 
 
-def previous_launch_round(wildcards):
-    """Launch k of a point waits for launch k-1 of every confirmed point (ancient: existence only)."""
+def final_selection(wildcards):
+    """The last selection record: the race after the second-to-last launch, or the screening's selection."""
+    if LAUNCHES > 1:
+        return f"results/confirm/race-{LAUNCHES - 2}.json"
+    return "results/screen/selection.json"
+
+
+def race_inputs(wildcards):
+    """Launch k of every point still in the race, and the selection that put them there."""
     k = int(wildcards.launch)
-    if k == 0:
-        return []
-    return ancient(
-        expand(
+    return {
+        "launches": expand(
             "results/confirm/{apoint}/launch-{k}/done.json",
-            apoint=confirmed_points(),
-            k=k - 1,
-        )
-    )
+            apoint=race_points(k),
+            k=k,
+        ),
+        "previous": (f"results/confirm/race-{k - 1}.json" if k > 0 else "results/screen/selection.json"),
+    }
+
+
+def previous_launch_round(wildcards):
+    """Launch k waits for the race after launch k-1 (which waits for launch k-1 of every point in it), so
+    launches interleave across points. Ancient: a rewritten race record (a changed analysis reruns the
+    selection) does not rerun the launches of the points it keeps."""
+    k = int(wildcards.launch)
+    return ancient(f"results/confirm/race-{k - 1}.json") if k > 0 else []

@@ -3,8 +3,10 @@
 A screening run measures each point once, briefly. Its uncertainty has two parts: the standard error of the
 per-request figures within that one launch, and the variation between server launches, which one launch cannot
 show and which `sweep.screen.launch_cv` states (a relative standard deviation). Per regime and per priority, a
-point is dropped only when the interval of its relative difference to the best point lies entirely below zero;
-every other point survives, together with the `ar` and DFlash baselines. See docs/adaptive.md.
+point is dropped only when the interval of its relative difference to the best point lies entirely below
+`sweep.screen.tolerance`; every other point survives, together with the `ar` and DFlash baselines. The same
+selection runs again after each confirmation launch but the last (a race), on every launch of each point so far.
+See docs/adaptive.md.
 """
 
 from __future__ import annotations
@@ -74,11 +76,12 @@ class Selection:
     best: dict[str, str]
     refine: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    rounds: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        """The record written to results/screen/*.json (docs/results-schema.md)."""
+        """The record written to results/screen/*.json and results/confirm/race-*.json (docs/results-schema.md)."""
         return {"screened": self.screened, "survivors": self.survivors, "dropped": self.dropped,
-                "best": self.best, "refine": self.refine, "failed": self.failed}
+                "best": self.best, "refine": self.refine, "failed": self.failed, "rounds": self.rounds}
 
 
 def _pct(x: float) -> str:
@@ -135,15 +138,25 @@ def estimate(records: list[dict], metric: str, context: int, concurrency: int, l
     return Estimate(value, within, launch_cv)
 
 
-def load_screen(screen_dir: Path, point_ids: list[str]) -> tuple[dict[str, list[dict]], list[str]]:
-    """Per point, its measured requests from SCREEN_DIR/<id>/bench/requests.jsonl; and the points without."""
+def load_launch(directory: Path) -> list[dict] | None:
+    """The measured requests of one job directory (DIRECTORY/bench/requests.jsonl), or None when the job did not
+    complete (no status.json) or recorded no requests."""
+    path = Path(directory) / "bench" / "requests.jsonl"
+    if not (Path(directory) / "status.json").exists() or not path.exists():
+        return None
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def load_screen(screen_dir: Path, point_ids: list[str]) -> tuple[dict[str, list[list[dict]]], list[str]]:
+    """Per point, its screening launch's requests (SCREEN_DIR/<id>/), as a list of one launch; and the points
+    whose screening did not complete."""
     found, failed = {}, []
     for pid in point_ids:
-        path = Path(screen_dir) / pid / "bench" / "requests.jsonl"
-        if not (Path(screen_dir) / pid / "status.json").exists() or not path.exists():
+        records = load_launch(Path(screen_dir) / pid)
+        if records is None:
             failed.append(pid)
-            continue
-        found[pid] = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        else:
+            found[pid] = [records]
     return found, failed
 
 
@@ -152,9 +165,10 @@ def _z(confidence: float) -> float:
     return statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
 
 
-def _compare(scores: dict[str, Estimate], where: str, confidence: float, dropped: dict[str, Verdict]) -> str | None:
+def _compare(scores: dict[str, Estimate], where: str, confidence: float, dropped: dict[str, Verdict],
+             tolerance: float = 0.0) -> str | None:
     """Drop from `scores` every point whose two-sided `confidence` interval of the relative difference to the
-    screening's best lies below zero; returns the best point. (Bonferroni-adjusted intervals gave no more correct
+    screening's best lies below +`tolerance` (clearly worse, or at best a near-tie); returns the best point. (Bonferroni-adjusted intervals gave no more correct
     recommendations in benchmarks/bench_adaptive.py on the 62-job grid, 27 vs 28 of 30, and confirmed about 1.7
     times as many.)"""
     if not scores:
@@ -168,24 +182,40 @@ def _compare(scores: dict[str, Estimate], where: str, confidence: float, dropped
         diff = math.log(est.value / top.value)
         se = math.hypot(est.rel_se, top.rel_se)
         low, high = diff - z * se, diff + z * se
-        if high < 0:
+        if high < math.log1p(tolerance):
             dropped[pid] = Verdict(pid, where, math.expm1(diff), math.expm1(low), math.expm1(high), best)
     return best
 
 
-def select(config: dict, requests: dict[str, list[dict]], keep: list[str] | None = None) -> Selection:
-    """Keep, per regime and priority, every screened point that could still be the best, plus the baselines.
+def combine(estimates: list[Estimate]) -> Estimate | None:
+    """One figure from several launches of a point: the geometric mean of the launches' figures; its within-launch
+    error is the launches' errors pooled, and the between-launch error shrinks with the square root of the number
+    of launches."""
+    if not estimates:
+        return None
+    n = len(estimates)
+    value = math.exp(statistics.fmean(math.log(e.value) for e in estimates))
+    within = math.sqrt(sum(e.within ** 2 for e in estimates)) / n
+    return Estimate(value, within, estimates[0].launch / math.sqrt(n))
 
-    A point survives if some regime or priority keeps it; its reason for being dropped is its worst comparison."""
+
+def select(config: dict, launches: dict[str, list[list[dict]]], keep: list[str] | None = None,
+           where: str = "") -> Selection:
+    """Keep, per regime and priority, every point that could still be the best, plus the baselines. `launches`
+    holds per point the request records of each of its launches (screening, then confirmation launches).
+
+    A point survives if some regime or priority keeps it; its reason for being dropped is its worst comparison
+    (prefixed with `where`, the stage that dropped it)."""
     settings = screen_settings(config)
     regimes = config.get("analysis", {}).get("regimes", [])
     per_regime: dict[str, dict[str, Estimate]] = {}
     for regime in regimes:
         metric = regime["metric"]
         scores = {}
-        for pid, records in requests.items():
-            est = estimate(records, metric, regime["context"], regime["concurrency"], settings["launch_cv"],
-                           primary_workload(config))
+        for pid, runs in launches.items():
+            est = combine([e for records in runs
+                           if (e := estimate(records, metric, regime["context"], regime["concurrency"],
+                                             settings["launch_cv"], primary_workload(config))) is not None])
             if est is not None:
                 value = 1.0 / est.value if metric in LOWER_IS_BETTER else est.value
                 scores[pid] = Estimate(value, est.within, est.launch)
@@ -194,7 +224,7 @@ def select(config: dict, requests: dict[str, list[dict]], keep: list[str] | None
     best: dict[str, str] = {}
     for name, scores in per_regime.items():
         dropped: dict[str, Verdict] = {}
-        top = _compare(scores, f"{name}", settings["confidence"], dropped)
+        top = _compare(scores, f"{name}", settings["confidence"], dropped, settings["tolerance"])
         if top:
             best[f"regime:{name}"] = top
         verdicts[f"regime:{name}"] = dropped
@@ -213,19 +243,19 @@ def select(config: dict, requests: dict[str, list[dict]], keep: list[str] | None
             launch = sum(p * e.launch for p, e in parts) / value  # one launch: the same factor in every regime
             scores[pid] = Estimate(value, within, launch)
         dropped = {}
-        top = _compare(scores, f"priority {name}", settings["confidence"], dropped)
+        top = _compare(scores, f"priority {name}", settings["confidence"], dropped, settings["tolerance"])
         if top:
             best[f"priority:{name}"] = top
         verdicts[f"priority:{name}"] = dropped
     always = set(keep or []) | set(baseline_ids(config))
     survivors, reasons = [], {}
-    for pid in requests:
+    for pid in launches:
         excluded = [v[pid] for v in verdicts.values() if pid in v]
         if pid in always or len(excluded) < len(verdicts) or not verdicts:
             survivors.append(pid)
         else:
-            reasons[pid] = max(excluded, key=lambda v: v.high).reason
-    return Selection(screened=list(requests), survivors=survivors, dropped=reasons, best=best)
+            reasons[pid] = where + max(excluded, key=lambda v: v.high).reason
+    return Selection(screened=list(launches), survivors=survivors, dropped=reasons, best=best)
 
 
 def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous: dict | None) -> Selection:
@@ -236,13 +266,39 @@ def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous:
     requests, failed = load_screen(screen_dir, candidates)
     selection = select(config, requests)
     selection.failed = failed
+    stage = {"stage": "screen" if previous is None else "refine", "entered": len(candidates),
+             "kept": len(selection.survivors)}
     if previous is None:
         selection.refine = [p.point_id for p in refine_candidates(config, selection.survivors)]
+        selection.rounds = [stage]
     else:
         selection.dropped = {**previous["dropped"], **selection.dropped}
         selection.screened = list(dict.fromkeys([*previous["screened"], *selection.screened]))
         selection.failed = list(dict.fromkeys([*previous["failed"], *failed]))
         selection.refine = list(previous["refine"])
+        selection.rounds = [*previous.get("rounds", []), stage]
+    return selection
+
+
+def race_round(config: dict, screen_dir: Path, confirm_dir: Path, previous: dict, launch: int) -> Selection:
+    """The selection after confirmation launch LAUNCH (0-based) of the points still in the race (`previous`'s
+    survivors): each point's screening launch and its confirmation launches 0..LAUNCH count as launches. A point
+    none of whose launches completed stays in (its merged result records the failure); the baselines always stay."""
+    candidates = list(previous["survivors"])
+    launches: dict[str, list[list[dict]]] = {}
+    for pid in candidates:
+        dirs = [Path(screen_dir) / pid, *(Path(confirm_dir) / pid / f"launch-{k}" for k in range(launch + 1))]
+        launches[pid] = [records for d in dirs if (records := load_launch(d))]
+    measured = {pid: runs for pid, runs in launches.items() if runs}
+    selection = select(config, measured, where=f"after confirmation launch {launch + 1}: ")
+    selection.survivors = [p for p in candidates if p in selection.survivors or p not in measured]
+    selection.screened = list(previous["screened"])
+    selection.dropped = {**previous["dropped"], **selection.dropped}
+    selection.failed = list(previous.get("failed", []))
+    selection.refine = list(previous.get("refine", []))
+    selection.rounds = [*previous.get("rounds", []), {"stage": f"confirm launch {launch + 1}",
+                                                      "entered": len(candidates),
+                                                      "kept": len(selection.survivors)}]
     return selection
 
 
@@ -264,8 +320,10 @@ def funnel(selection: dict, screen_dir: Path, confirm_dir: Path, gpus: int) -> d
     grid_screened = [p for p in selection["screened"] if p not in refine]
     screen_files = [screen_dir / p / n for p in grid_screened for n in ("status.json", "failure.json")]
     refine_files = [screen_dir / p / n for p in refine for n in ("status.json", "failure.json")]
-    confirm_files = [f for p in selection["survivors"] for f in sorted((confirm_dir / p).glob("launch-*/*.json"))
+    confirm_files = [f for f in sorted(confirm_dir.glob("*/launch-*/*.json"))
                      if f.name in ("status.json", "failure.json")]
+    races = [r for r in selection.get("rounds", []) if r["stage"].startswith("confirm")]
+    entered_confirm = races[0]["entered"] if races else len(selection["survivors"])
     minutes = {"screen": _status_minutes([f for f in screen_files if f.exists()]),
                "refine": _status_minutes([f for f in refine_files if f.exists()]),
                "confirm": _status_minutes(confirm_files)}
@@ -273,8 +331,9 @@ def funnel(selection: dict, screen_dir: Path, confirm_dir: Path, gpus: int) -> d
         "stages": {
             "screen": {"points": len(grid_screened), "job_min": minutes["screen"]},
             "refine": {"points": len(refine), "job_min": minutes["refine"]},
-            "confirm": {"points": len(selection["survivors"]), "job_min": minutes["confirm"]},
+            "confirm": {"points": entered_confirm, "job_min": minutes["confirm"]},
         },
+        "rounds": selection.get("rounds", []),
         "gpus_per_job": gpus,
         "gpu_hours": {k: v * gpus / 60 for k, v in minutes.items()},
         "dropped": selection["dropped"], "failed": selection.get("failed", []),
@@ -289,9 +348,12 @@ def render_funnel(doc: dict, simulated: bool) -> str:
            "| stage | points | job time (min) | GPU-hours |", "|---|---|---|---|"]
     for name, stage in doc["stages"].items():
         out.append(f"| {name} | {stage['points']} | {stage['job_min']:.1f} | {doc['gpu_hours'][name]:.2f} |")
+    if doc.get("rounds"):
+        out += ["", "| selection | points in | points kept |", "|---|---|---|"]
+        out += [f"| {r['stage']} | {r['entered']} | {r['kept']} |" for r in doc["rounds"]]
     out += ["", f"{len(doc['survivors'])} point(s) confirmed: " + ", ".join(f"`{p}`" for p in doc["survivors"]), ""]
     if doc["dropped"]:
-        out += ["Dropped after screening (each with its closest comparison to the screening's best):", ""]
+        out += ["Dropped (each with its closest comparison to the best at that stage):", ""]
         out += [f"- `{pid}`: {reason}" for pid, reason in sorted(doc["dropped"].items())]
     if doc["failed"]:
         out += ["", "Failed in screening (not confirmed): " + ", ".join(f"`{p}`" for p in doc["failed"])]
@@ -338,10 +400,16 @@ def _run_select(args: argparse.Namespace) -> int:
     except (OSError, ValueError, yaml.YAMLError) as exc:
         print(f"ddsweep select: cannot read {args.previous or args.config}: {exc}", file=sys.stderr)
         return 2
-    ids = screen_ids(config)
-    selection = select_round(config, Path(args.screen), ids, previous)
+    if args.launch is not None:
+        if previous is None:
+            print("ddsweep select: --launch needs --previous (the selection before that launch)", file=sys.stderr)
+            return 2
+        selection = race_round(config, Path(args.screen), Path(args.confirm), previous, args.launch)
+    else:
+        selection = select_round(config, Path(args.screen), screen_ids(config), previous)
     write_json_atomic(args.out, {"simulated": bool(config.get("simulated")), **selection.to_json()})
-    print(f"{len(selection.survivors)} of {len(selection.screened)} screened point(s) survive; "
+    last = selection.rounds[-1] if selection.rounds else {"stage": "selection", "entered": len(selection.screened)}
+    print(f"{last['stage']}: {len(selection.survivors)} of {last['entered']} point(s) kept; "
           f"{len(selection.refine)} refinement point(s): {args.out}")
     return 0
 
@@ -368,7 +436,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=_run_select.__doc__)
     parser.add_argument("--config", required=True, help="the validated study config (results/study_config.yaml)")
     parser.add_argument("--screen", default="results/screen", help="the screening results directory")
-    parser.add_argument("--previous", help="round-1 selection (for the final round, after refinement)")
+    parser.add_argument("--previous", help="the previous selection: round 1 (for the selection after refinement), "
+                        "or the selection before confirmation launch --launch")
+    parser.add_argument("--confirm", default="results/confirm", help="the confirmation results directory")
+    parser.add_argument("--launch", type=int, help="select after this confirmation launch (0-based) of the points "
+                        "still in the race")
     parser.add_argument("--out", required=True, help="the selection JSON to write")
     parser.set_defaults(func=_run_select)
     parser = subparsers.add_parser("funnel", help="adaptive study: points and GPU time of each stage",

@@ -64,10 +64,11 @@ def screen_record(config: dict, point: Point) -> dict:
 
 
 def confirm_record(config: dict, point: Point, launch: int) -> dict:
-    """The run-point record of confirmation launch `launch`: one repeat per launch; coding eval in launch 0."""
+    """The run-point record of confirmation launch `launch`: one repeat per launch; the coding eval in the last
+    launch, which only the points still in the race after the earlier launches reach."""
     record = point_record(config, point)
     record["benchmark"] = {**record["benchmark"], "repeats": 1}
-    if launch > 0:
+    if launch != confirm_launches(config) - 1:
         record["coding_eval"] = {**record["coding_eval"], "enabled": False}
     record["stage"] = "confirm"
     record["launch"] = launch

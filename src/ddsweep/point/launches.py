@@ -57,8 +57,9 @@ def merge_launches(launch_dirs: list[Path], out_dir: Path) -> dict:
     for name in FIRST_LAUNCH_FILES:
         if (first / name).exists():
             shutil.copy2(first / name, out_dir / name)
-    if (first / "coding").is_dir():
-        shutil.copytree(first / "coding", out_dir / "coding")
+    coding = next((d / "coding" for d in launch_dirs if (d / "coding").is_dir()), None)
+    if coding is not None:  # the launch that ran the coding eval (the last one in an adaptive study)
+        shutil.copytree(coding, out_dir / "coding")
     cells_doc: dict | None = None
     lines: list[str] = []
     for k, directory in enumerate(launch_dirs):

@@ -9,10 +9,11 @@ and every server launch scales all step times by exp(N(0, launch_cv)), as `ddswe
 --sim-launch-noise` does. The selection is the package's own (`ddsweep.analysis.screening.select_round`, on
 request records in the requests.jsonl schema); job records and refinement come from `ddsweep.config.stages`.
 
-- grid: every point once, `benchmark.repeats` repeats within one launch; figure = median of the repeats.
+- grid: every point once, `benchmark.repeats` repeats within one launch; figure = mean of the repeats.
 - adaptive: every point screened (one launch, `sweep.screen.requests_per_cell`, regime cells), selection,
-  refinement points screened, final selection, then each survivor `benchmark.repeats` fresh launches;
-  figure = median of the launches.
+  refinement points screened, final selection, then the confirmation race: launch k of every point still in it,
+  and after each launch but the last the package's race selection (`ddsweep.analysis.screening.race_round`);
+  the coding eval's time in the last launch; figure = mean of the confirmed point's launches.
 
 Both recommend per priority the point with the best weighted mean of regime figures normalised by the best
 (the rule of the current summary). A recommendation is correct when its true priority score (from the model's
@@ -123,13 +124,13 @@ def measure(config: dict, point: Point, n: int, factor: float, rng: random.Rando
 
 
 def figures(config: dict, runs: list[list[dict]]) -> dict[str, float]:
-    """Per regime, the median over runs (repeats or launches) of the run's figure."""
+    """Per regime, the mean over runs (repeats or launches) of the run's figure, as the summary's t-interval."""
     out = {}
     for regime in config["analysis"]["regimes"]:
         values = [e.value for run in runs
                   if (e := estimate(run, regime["metric"], regime["context"], regime["concurrency"], 0.0))]
         if values:
-            out[regime["name"]] = statistics.median(values)
+            out[regime["name"]] = statistics.fmean(values)
     return out
 
 
@@ -185,7 +186,8 @@ def run_grid(config: dict, rng: random.Random, launch_cv: float) -> tuple[dict[s
 
 def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Path) -> tuple[dict[str, str], float,
                                                                                               dict[str, int]]:
-    """Screen, select, refine, select, confirm; the selection reads request files as in the workflow."""
+    """Screen, select, refine, select, then the confirmation race; the selections read request files as in the
+    workflow (WORKDIR/screen/<id>/, WORKDIR/confirm/<id>/launch-<k>/)."""
     import json
 
     bench, sbench = config["benchmark"], screen_benchmark(config)

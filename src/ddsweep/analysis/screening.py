@@ -168,9 +168,9 @@ def _z(confidence: float) -> float:
 def _compare(scores: dict[str, Estimate], where: str, confidence: float, dropped: dict[str, Verdict],
              tolerance: float = 0.0) -> str | None:
     """Drop from `scores` every point whose two-sided `confidence` interval of the relative difference to the
-    screening's best lies below +`tolerance` (clearly worse, or at best a near-tie); returns the best point. (Bonferroni-adjusted intervals gave no more correct
-    recommendations in benchmarks/bench_adaptive.py on the 62-job grid, 27 vs 28 of 30, and confirmed about 1.7
-    times as many.)"""
+    best lies below +`tolerance` (clearly worse, or at most a near-tie); returns the best point.
+    (Bonferroni-adjusted intervals gave no more correct recommendations in benchmarks/bench_adaptive.py on the
+    62-job grid, 27 vs 28 of 30, and confirmed about 1.7 times as many.)"""
     if not scores:
         return None
     z = _z(confidence)

@@ -133,7 +133,9 @@ def test_changing_one_points_topk_reruns_only_that_point_and_the_aggregates(demo
     result = snakemake(demo_run, "-n", "--cores", "2", "--configfile", "changed.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = scheduled_jobs(result.stdout + result.stderr)
-    assert jobs == {"run_point": 1, "study_config": 1, "plan": 1, "summarize": 1, "bundle": 1, "all": 1}
+    # the end of the study moves: the host inventory is rewritten (the reference run follows once it has been)
+    assert jobs == {"run_point": 1, "study_config": 1, "plan": 1, "reference_hosts": 1, "summarize": 1, "bundle": 1,
+                    "all": 1}
     assert "results/points/bs16-b8-t2-w2048/done.json" in result.stdout + result.stderr
 
 

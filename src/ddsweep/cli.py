@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "select": "ddsweep.analysis.screening",
     "funnel": "ddsweep.analysis.screening",
     "merge-launches": "ddsweep.point.launches",
+    "reference-hosts": "ddsweep.config.reference",
 }
 
 

@@ -54,14 +54,21 @@ def snakemake(workdir: Path, *configfiles: str, targets: tuple[str, ...] = (), t
                           check=False)
 
 
-def submitted_points(output: str) -> list[str]:
-    """The point of every sbatch submission Snakemake reported (its Slurm log lives under rule_run_point/POINT/)."""
-    points = []
+def submitted(output: str, rule: str) -> list[str]:
+    """The wildcard of every sbatch submission of `rule` Snakemake reported (its Slurm log lives under
+    rule_RULE/WILDCARD/); only point jobs and end-of-study reference runs may go to Slurm."""
+    found = []
     for _, log in SUBMITTED.findall(output):
         parts = Path(log).parts
-        assert parts[-3] == "rule_run_point", f"a job other than run_point went to Slurm: {log}"
-        points.append(parts[-2])
-    return points
+        assert parts[-3] in ("rule_run_point", "rule_reference_run"), f"a job other than a point went to Slurm: {log}"
+        if parts[-3] == f"rule_{rule}":
+            found.append(parts[-2])
+    return found
+
+
+def submitted_points(output: str) -> list[str]:
+    """The point of every run_point submission."""
+    return submitted(output, "run_point")
 
 
 def write_config(workdir: Path, name: str, data: dict) -> str:
@@ -98,12 +105,28 @@ def test_the_demo_runs_end_to_end_through_slurm(demo_run):
     assert (workdir / "reports/bundle.json").exists()
 
 
+def test_on_slurm_the_reference_runs_again_on_the_node_after_every_point(demo_run):
+    workdir, done = demo_run
+    assert done.returncode == 0, _output(done)[-3000:]
+    node = json.loads((workdir / "results/points/ar/environment.json").read_text())["slurm"]["node"]
+    assert submitted(_output(done), "reference_run") == [node]  # sweep.reference: auto is on under Slurm
+    end = workdir / "results/reference" / f"end-{node}"
+    environment = json.loads((end / "environment.json").read_text())
+    assert environment["slurm"]["node"] == node and environment["slurm"]["job_id"]
+    finished = max(json.loads((p / "status.json").read_text())["finished_utc"]
+                   for p in (workdir / "results/points").iterdir())
+    assert json.loads((end / "status.json").read_text())["started_utc"] >= finished
+    document = json.loads((workdir / "reports/summary.json").read_text())
+    caveat = next(c for c in document["caveats"] if c["kind"] == "reference_runs")
+    assert caveat["comparisons"] and {c["host"] for c in caveat["comparisons"]} == {node}
+
+
 def test_a_rerun_without_changes_submits_nothing(demo_run):
     workdir, first = demo_run
     assert first.returncode == 0
     done = snakemake(workdir)
     assert done.returncode == 0, _output(done)[-3000:]
-    assert submitted_points(_output(done)) == []
+    assert SUBMITTED.findall(_output(done)) == []
     assert "Nothing to be done" in _output(done)
 
 
@@ -118,6 +141,8 @@ def test_a_config_change_to_one_point_submits_only_that_point(demo_run):
     done = snakemake(workdir, extra)
     assert done.returncode == 0, _output(done)[-3000:]
     assert submitted_points(_output(done)) == ["bs8-b8-t4-w1024"]
+    # a point reran, so the end of the study moved: the reference runs again on the node
+    assert len(submitted(_output(done), "reference_run")) == 1
     logs = workdir / ".snakemake/slurm_logs/rule_run_point"
     assert len(list((logs / "bs8-b8-t4-w1024").glob("*.log"))) == 1
     assert all(len(list(d.glob("*.log"))) == 1 for d in logs.iterdir())

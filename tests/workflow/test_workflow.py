@@ -48,6 +48,10 @@ def scheduled_jobs(output: str) -> dict[str, int]:
 def demo_run(tmp_path_factory) -> Path:
     """The demo study run once, end to end, through real Snakemake against the stand-in server."""
     workdir = _copy_workflow(tmp_path_factory.mktemp("demo"))
+    # with the end-of-study reference runs (sweep.reference), which are on by default only on Slurm
+    demo = yaml.safe_load((workdir / ".test" / "config.yaml").read_text())
+    demo["sweep"]["reference"] = {"enabled": True}
+    (workdir / ".test" / "config.yaml").write_text(yaml.safe_dump(demo, sort_keys=False))
     result = snakemake(workdir, "--cores", "2", "--configfile", ".test/config.yaml")
     assert result.returncode == 0, result.stderr[-5000:]
     assert "optimization summary in reports/optimization_summary.md" in result.stdout + result.stderr
@@ -86,6 +90,33 @@ def test_every_point_records_verification_environment_and_measurements(demo_run)
     assert environment["simulated"] is True and environment["hostname"]
 
 
+def _utc(path: Path, key: str) -> str:
+    return json.loads(path.read_text())[key]
+
+
+@pytest.mark.slow
+def test_the_reference_point_runs_first_and_again_after_every_point_and_its_drift_is_a_caveat(demo_run):
+    points = sorted((demo_run / "results" / "points").iterdir())
+    started = {p.name: _utc(p / "status.json", "started_utc") for p in points}
+    assert min(started, key=lambda pid: (started[pid], pid != "ar")) == "ar"  # scheduled first, by priority
+    hosts = json.loads((demo_run / "results" / "reference" / "hosts.json").read_text())["hosts"]
+    assert len(hosts) == 1 and hosts[0]["points"] == sorted(started)  # locally one host ran every point
+    end = demo_run / "results" / "reference" / f"end-{hosts[0]['host']}"
+    assert _utc(end / "status.json", "started_utc") >= max(_utc(p / "status.json", "finished_utc") for p in points)
+    assert _utc(end / "point.json", "point_id") == "ar" and not (end / "coding").exists()
+    document = json.loads((demo_run / "reports" / "summary.json").read_text())
+    caveat = next(c for c in document["caveats"] if c["kind"] == "reference_runs")
+    assert {c["regime"] for c in caveat["comparisons"]} == {"latency", "long_context", "throughput"}
+    for comparison in caveat["comparisons"]:
+        assert comparison["host"] == hosts[0]["host"] and comparison["ratio"]["value"] > 0
+        assert comparison["ratio"]["ci_low"] <= comparison["ratio"]["value"] <= comparison["ratio"]["ci_high"]
+        assert comparison["verdict"] in ("drift", "within", "not settled")
+    assert "Reference point at the start and the end of the study" in (
+        demo_run / "reports" / "optimization_summary.md").read_text()
+    jobs = list(csv.DictReader((demo_run / "results" / "tables" / "jobs.csv").open()))
+    assert sorted(j["point_id"] for j in jobs) == sorted(started)  # the end run is not a point
+
+
 @pytest.mark.slow
 def test_nothing_to_do_after_a_complete_run(demo_run):
     result = snakemake(demo_run, "-n", "--cores", "2", "--configfile", ".test/config.yaml")
@@ -102,7 +133,9 @@ def test_changing_one_points_topk_reruns_only_that_point_and_the_aggregates(demo
     result = snakemake(demo_run, "-n", "--cores", "2", "--configfile", "changed.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = scheduled_jobs(result.stdout + result.stderr)
-    assert jobs == {"run_point": 1, "study_config": 1, "plan": 1, "summarize": 1, "bundle": 1, "all": 1}
+    # the end of the study moves: the host inventory is rewritten (the reference run follows once it has been)
+    assert jobs == {"run_point": 1, "study_config": 1, "plan": 1, "reference_hosts": 1, "summarize": 1, "bundle": 1,
+                    "all": 1}
     assert "results/points/bs16-b8-t2-w2048/done.json" in result.stdout + result.stderr
 
 

@@ -39,6 +39,8 @@ rule summarize:
         plan="results/plan.json",
         # an adaptive study's funnel becomes a section of the summary
         funnel=["results/screen/funnel.json"] if ADAPTIVE else [],
+        # end-of-study reference runs, when they run (workflow/rules/reference.smk)
+        reference=[] if ADAPTIVE else reference_done_files,
     output:
         summary=report(
             "reports/optimization_summary.md",
@@ -57,7 +59,7 @@ rule summarize:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "ddsweep summarize results --out reports --config {input.config} > {log} 2>&1"
+        "ddsweep summarize results --out reports --config {input.config} --reference {input.reference} " "> {log} 2>&1"
 
 
 rule bundle:

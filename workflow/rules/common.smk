@@ -3,9 +3,13 @@ import json
 import os
 import sys
 
+import yaml
+
+from snakemake.cli import get_profile_dir
 from snakemake.utils import validate
 
 from ddsweep.config.plan import running_points
+from ddsweep.config.reference import reference_enabled, reference_point
 from ddsweep.config.stages import is_adaptive
 from ddsweep.config.study import ConfigError, point_record, validate_config
 
@@ -22,16 +26,48 @@ validate(config, schema="../schemas/config.schema.yaml")
 POINTS = {point.point_id: point for point in running_points(STUDY)}
 RESOURCES = STUDY["resources"]
 ADAPTIVE = is_adaptive(STUDY)
+# The point measured again at the end of a grid study on every host that ran points (sweep.reference;
+# workflow/rules/reference.smk), or None.
+REFERENCE = reference_point(STUDY)
 
 
-def reproduce_command():
-    """The command of this run for the summary: its profile or executor (from the command line: the executor is not
-    known yet while the Snakefile is read) and its config files."""
-    words = ["snakemake", "--cores", "all"]
+def command_line():
+    """The profile and executor named on this run's command line (the executor is not known yet while the
+    Snakefile is read)."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--profile")
     parser.add_argument("--executor", "-e")
     given, _ = parser.parse_known_args(sys.argv[1:])
+    return given
+
+
+def command_line_executor():
+    """The executor named on the command line: --executor, else the `executor:` of the profile (--profile or
+    $SNAKEMAKE_PROFILE, found as Snakemake finds it), else local."""
+    given = command_line()
+    if given.executor:
+        return given.executor
+    profile = given.profile or os.environ.get("SNAKEMAKE_PROFILE")
+    found = get_profile_dir(profile) if profile else None
+    if not found:
+        return "local"
+    with open(found[1]) as handle:
+        return (yaml.safe_load(handle) or {}).get("executor") or "local"
+
+
+def on_slurm():
+    """Whether the jobs go to Slurm: the executor Snakemake runs with (known once it builds the DAG), else (in a
+    dry run, or while the Snakefile is read) the executor named on the command line."""
+    name = getattr(workflow.executor_plugin, "name", None)
+    if name in (None, "dryrun", "touch"):
+        name = command_line_executor()
+    return name == "slurm"
+
+
+def reproduce_command():
+    """The command of this run for the summary: its profile or executor and its config files."""
+    words = ["snakemake", "--cores", "all"]
+    given = command_line()
     if given.profile:
         words += ["--profile", given.profile]
     elif given.executor and given.executor != "local":
@@ -85,15 +121,17 @@ def slurm_gpu_request():
     return f"gpu:{gpus}" if gpus else ""
 
 
-def slurm_extra_flags():
-    """sbatch flags the plugin has no resource for: whole nodes, node list, the pre-timeout signal, one task per node."""
+def slurm_extra_flags(nodelist=None):
+    """sbatch flags the plugin has no resource for: whole nodes, node list (the study's, unless a job is pinned to
+    `nodelist`), the pre-timeout signal, one task per node."""
     gpus = RESOURCES.get("gpus", 8)
     exclusive = RESOURCES.get("exclusive")
+    nodelist = nodelist or RESOURCES.get("nodelist")
     flags = []
     if exclusive or (exclusive is None and gpus > 0):
         flags.append("--exclusive")
-    if RESOURCES.get("nodelist"):
-        flags.append(f"--nodelist={RESOURCES['nodelist']}")
+    if nodelist:
+        flags.append(f"--nodelist={nodelist}")
     if RESOURCES.get("signal_lead_s", 120):
         flags.append(f"--signal=TERM@{RESOURCES.get('signal_lead_s', 120)}")
     if RESOURCES.get("nodes", 1) > 1:
@@ -101,6 +139,31 @@ def slurm_extra_flags():
     if RESOURCES.get("slurm_extra"):
         flags.append(RESOURCES["slurm_extra"])
     return " ".join(flags)
+
+
+def reference_on():
+    """Whether this run schedules the reference runs: sweep.reference.enabled true, or auto on Slurm."""
+    return REFERENCE is not None and reference_enabled(STUDY, on_slurm())
+
+
+def reference_priority(wildcard):
+    """A priority function: 1 for the job of the reference point (wildcard `point`) or its preset's preflight
+    (wildcard `preset`) when the reference runs, so that it is scheduled before the other points; 0 otherwise.
+    An ordering by priority, not a barrier: nothing waits for it."""
+    if REFERENCE is None:
+        return 0
+    wanted = {"point": REFERENCE.point_id, "preset": REFERENCE.preset}[wildcard]
+    return lambda wildcards: int(wildcards[wildcard] == wanted and reference_on())
+
+
+def reference_done_files(wildcards):
+    """The end-of-study reference runs the summary needs (workflow/rules/reference.smk): one per host in
+    results/reference/hosts.json when the reference runs (sweep.reference.enabled true, or auto on Slurm)."""
+    if not reference_on():
+        return []
+    with checkpoints.reference_hosts.get().output[0].open() as handle:
+        hosts = [entry["host"] for entry in json.load(handle)["hosts"]]
+    return expand("results/reference/end-{host}/done.json", host=hosts)
 
 
 def final_outputs():

@@ -7,6 +7,8 @@ rule run_point:
         done="results/points/{point}/done.json",
     log:
         "results/logs/points/{point}.log",
+    # the reference point first (sweep.reference): the start of the study it is measured again at the end of
+    priority: reference_priority("point")
     # Retries are resubmissions by the Snakemake on the submit host: inside a Slurm job (remote execution) a retry
     # would rerun the point in the same allocation, whose time is up.
     retries: 0 if workflow.remote_exec else RESOURCES["retries"]

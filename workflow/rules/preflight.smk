@@ -28,6 +28,7 @@ rule preflight:
         "results/preflight/{preset}.json",
     log:
         "results/logs/preflight/{preset}.log",
+    priority: reference_priority("preset")
     conda:
         "../../envs/server.yaml"
     params:

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from ddsweep.analysis.diagnosis import Confound, Diagnosis, confounds, diagnose
+from ddsweep.analysis.drift import ReferenceRuns
 from ddsweep.analysis.results import Regime, ResolvedRegime, ResultSet, ar_point_id, resolve_regime
 from ddsweep.analysis.statistics import Estimate, combined_difference, holm, mean_interval
 from ddsweep.analysis.tables import LosslessResult, coding_stats, lossless_vs_ar
@@ -198,6 +199,8 @@ class Decisions:
     spread: pd.DataFrame
     coding: pd.DataFrame
     lossless: LosslessResult
+    # the scheduled reference runs (sweep.reference): reported as a caveat only, never part of a decision
+    reference: ReferenceRuns | None = None
 
     def regime(self, name: str) -> RegimeOutcome | None:
         """Return the outcome of the regime called `name`."""

@@ -16,7 +16,7 @@ import yaml
 
 from ddsweep.analysis.decisions import Decisions, RegimeOutcome, ratio_text
 from ddsweep.analysis.diagnosis import MAX_LIST, gain_text
-from ddsweep.analysis.drift import drift_caveat
+from ddsweep.analysis.drift import drift_caveat, reference_caveat
 from ddsweep.analysis.measurement import verification_caveats, workload_caveats
 from ddsweep.analysis.operations import failed_points_caveat, mixed_hosts_caveat
 from ddsweep.analysis.results import KNOBS, METRIC_LABELS, ResolvedRegime, ar_point_id, window_label
@@ -154,6 +154,9 @@ def _caveats(d: Decisions) -> list[dict[str, Any]]:
     drift = drift_caveat(results, [o.resolved for o in d.regimes], s.equivalence_margin, s.confidence)
     if drift:
         out.append(drift)
+    reference = reference_caveat(d.reference, s.regimes, s.equivalence_margin, s.confidence)
+    if reference:
+        out.append(reference)
     items = []
     for c in d.confounds:
         a, b = c.values

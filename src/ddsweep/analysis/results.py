@@ -495,18 +495,33 @@ def load_results(results_dir: str | Path, point_ids: list[str] | None = None,
     bad point. Directories of points no longer in the study are left out, so an old run cannot leak in.
     Intervals of the groups table are at `confidence`."""
     results_dir = Path(results_dir)
+    points_dir = results_dir / "points"
+    directories = sorted(d for d in points_dir.iterdir() if d.is_dir()) if points_dir.is_dir() else []
+    if point_ids is not None:
+        directories = [d for d in directories if d.name in set(point_ids)]
+    plan_issues: list[str] = []
+    plan = _read_json(results_dir / "plan.json", plan_issues, required=False)
+    plan_points = plan.get("points") if isinstance(plan, dict) and isinstance(plan.get("points"), list) else []
+    results = load_directories(results_dir, directories, confidence)
+    results.plan = {e["point_id"]: e for e in plan_points
+                    if isinstance(e, dict) and isinstance(e.get("point_id"), str)}
+    return results
+
+
+def load_directories(results_dir: str | Path, directories: list[Path], confidence: float = 0.95,
+                     names: list[str] | None = None) -> ResultSet:
+    """Read run directories (each laid out as a point's) into a ResultSet without a plan; `names`, one per
+    directory, replace the ids in their point.json (runs of one configuration, such as reference runs)."""
     points: list[PointRecord] = []
     cell_rows: list[dict] = []
     request_rows: list[dict] = []
     coding_rows: list[dict] = []
     coding_records: dict[str, list[dict]] = {}
     coding_summaries: dict[str, dict] = {}
-    points_dir = results_dir / "points"
-    directories = sorted(d for d in points_dir.iterdir() if d.is_dir()) if points_dir.is_dir() else []
-    if point_ids is not None:
-        directories = [d for d in directories if d.name in set(point_ids)]
-    for directory in directories:
-        record, cells, requests, problems, coding_summary = _load_point(directory)
+    for index, directory in enumerate(directories):
+        record, cells, requests, problems, coding_summary = _load_point(Path(directory))
+        if names is not None:
+            record.point_id = names[index]
         points.append(record)
         cells_part, requests_part = _cell_rows(record, cells, requests)
         cell_rows.extend(cells_part)
@@ -516,16 +531,12 @@ def load_results(results_dir: str | Path, point_ids: list[str] | None = None,
             coding_rows.extend(_coding_rows(record, problems, coding_summary))
         if coding_summary is not None:
             coding_summaries[record.point_id] = coding_summary
-    plan_issues: list[str] = []
-    plan = _read_json(results_dir / "plan.json", plan_issues, required=False)
-    plan_points = plan.get("points") if isinstance(plan, dict) and isinstance(plan.get("points"), list) else []
     cells_frame = _frame(cell_rows, CELL_COLUMNS)
     return ResultSet(
-        results_dir=results_dir, points=points, cells=cells_frame, groups=group_table(cells_frame, confidence),
-        coding=_frame(coding_rows, CODING_COLUMNS), coding_records=coding_records,
-        coding_summaries=coding_summaries, requests=pd.DataFrame(request_rows, columns=list(REQUEST_COLUMNS)),
-        plan={e["point_id"]: e for e in plan_points if isinstance(e, dict) and isinstance(e.get("point_id"), str)},
-        confidence=confidence,
+        results_dir=Path(results_dir), points=points, cells=cells_frame,
+        groups=group_table(cells_frame, confidence), coding=_frame(coding_rows, CODING_COLUMNS),
+        coding_records=coding_records, coding_summaries=coding_summaries,
+        requests=pd.DataFrame(request_rows, columns=list(REQUEST_COLUMNS)), confidence=confidence,
     )
 
 

@@ -13,6 +13,7 @@ import yaml
 
 from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.document import build_summary, jsonable
+from ddsweep.analysis.drift import load_reference_runs
 from ddsweep.analysis.plots import PlotData, write_plots
 from ddsweep.analysis.render import render_markdown
 from ddsweep.analysis.results import load_results
@@ -40,13 +41,15 @@ class SummaryResult:
 
 
 def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | None,
-              config_path: Path | None = None) -> SummaryResult:
+              config_path: Path | None = None, reference: list[Path] | None = None) -> SummaryResult:
     """Write RESULTS_DIR/tables/*.csv, REPORTS_DIR/plots/*.png, REPORTS_DIR/summary.json and the Markdown
-    rendered from it, REPORTS_DIR/optimization_summary.md."""
+    rendered from it, REPORTS_DIR/optimization_summary.md. `reference`: the done.json files of the end-of-study
+    reference runs (sweep.reference), compared with the reference point in a caveat only."""
     results_dir, reports_dir = Path(results_dir), Path(reports_dir)
     settings = Settings.from_config(config, config_path)
     results = load_results(results_dir, configured_point_ids(config), settings.confidence)
     decisions = analyse(results, settings)
+    decisions.reference = load_reference_runs(results_dir, reference or [], settings.confidence)
     resolved = [o.resolved for o in decisions.regimes]
     tables = write_tables(results, results_dir / "tables", overview_table(results, resolved, decisions.lossless))
     plot_data = PlotData(results, {r.regime.name: r for r in resolved}, decisions.pareto, decisions.lossless)
@@ -79,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ddsweep summarize: results directory {args.results_dir} does not exist", file=sys.stderr)
         return 2
     result = summarize(Path(args.results_dir), Path(args.out), config,
-                       Path(args.config) if args.config else None)
+                       Path(args.config) if args.config else None, [Path(f) for f in args.reference])
     print(result.summary_path)
     return 0
 
@@ -93,4 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("results_dir", metavar="RESULTS_DIR", help="the results directory (contains points/)")
     parser.add_argument("--out", required=True, metavar="REPORTS_DIR", help="where plots and the summary go")
     parser.add_argument("--config", metavar="CONFIG_YAML", help="the study config (regimes, priorities, …)")
+    parser.add_argument("--reference", nargs="*", default=[], metavar="DONE_JSON",
+                        help="done.json of each end-of-study reference run (results/reference/end-<host>/), "
+                             "compared with the reference point's own result; never ranked")
     parser.set_defaults(func=run)

@@ -115,6 +115,7 @@ def validate_config(raw: Mapping[str, Any]) -> dict:
     _check_analysis(config)
     _check_resources(config)
     _check_coding(config)
+    _check_reference(config, points)
     if not points:
         raise ConfigError("sweep: the sweep expands to no points (empty grid, constraints remove every point, "
                           "and no baselines); nothing would run")
@@ -348,6 +349,36 @@ def _check_coding(config: dict) -> None:
     if retry is not None and retry <= coding["max_tokens"]:
         raise ConfigError(f"coding_eval.retry_truncated_max_tokens: {retry} must be larger than "
                           f"coding_eval.max_tokens ({coding['max_tokens']})")
+
+
+def _check_reference(config: dict, points: list[Point]) -> None:
+    """`sweep.reference` must name a configured point that runs, and is for the grid strategy only; `auto` with
+    neither a point nor an autoregressive baseline means no reference."""
+    reference = config["sweep"]["reference"]
+    if reference["enabled"] is False:
+        return
+    if config["sweep"]["strategy"] == "adaptive":
+        if reference["enabled"] is True:
+            raise ConfigError("sweep.reference.enabled: true needs sweep.strategy: grid; an adaptive study's "
+                              "confirmation already runs every repeat in a fresh server launch, interleaved across "
+                              "points, so it schedules no reference runs (set it to auto or false)")
+        return
+    ids = [p.point_id for p in points]
+    wanted = reference["point"]
+    if wanted is None:
+        if not config["baselines"]["ar"] and reference["enabled"] is True:  # auto: no reference without one
+            raise ConfigError("sweep.reference.point: no point given and no autoregressive baseline to default to "
+                              "(baselines.ar is false); name a configured point, or set sweep.reference.enabled: "
+                              "false")
+        return
+    if wanted not in ids:
+        raise ConfigError(f"sweep.reference.point: no configured point {wanted!r}; known: {', '.join(ids)}")
+    from ddsweep.config.plan import plan_points  # plan builds on this module
+
+    planned = next(p for p in plan_points(config) if p.point.point_id == wanted)
+    if not planned.runs:
+        raise ConfigError(f"sweep.reference.point: {wanted!r} does not run, it is an alias of {planned.group!r} "
+                          f"(one server configuration); name {planned.group!r} instead")
 
 
 def find_point(config: dict, point_id: str) -> Point:

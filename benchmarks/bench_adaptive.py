@@ -41,7 +41,7 @@ import yaml
 
 from ddsweep.analysis.screening import estimate, race_round, select_round
 from ddsweep.config.plan import running_points
-from ddsweep.config.stages import refine_candidates, resolve_point, screen_benchmark
+from ddsweep.config.stages import resolve_point, screen_benchmark
 from ddsweep.config.study import Point, validate_config
 from ddsweep.sim.model import Knobs, ModelParams, depth_probabilities, prefill_time_s, step_time_s
 
@@ -210,7 +210,7 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
     for point in points.values():
         screen(point)
     round1 = select_round(config, workdir / "screen", list(points), None)
-    refined = {p.point_id: p for p in refine_candidates(config, round1.survivors)}
+    refined = {pid: resolve_point(config, pid) for pid in round1.refine}  # as the workflow screens them
     for point in refined.values():
         screen(point)
     race = select_round(config, workdir / "screen", [], round1.to_json())
@@ -237,6 +237,7 @@ def main() -> int:
     """Run both strategies over several seeds and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds run from this one (a fresh set: 100)")
     parser.add_argument("--launch-cv", type=float, default=0.04, help="true variation between launches")
     parser.add_argument("--assumed-cv", type=float, default=0.04, help="sweep.screen.launch_cv the selection assumes")
     parser.add_argument("--margin", type=float, default=0.02, help="practical-equivalence margin")
@@ -257,7 +258,7 @@ def main() -> int:
     print("|---" * (5 + len(priorities)) + "|")
     started = time.perf_counter()
     totals = {"grid": 0.0, "adaptive": 0.0, "grid_ok": 0, "adaptive_ok": 0, "adaptive_ok_where_grid": 0, "grid_n": 0}
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         grid_picks, grid_min = run_grid(config, random.Random(f"grid-{seed}"), args.launch_cv)
         with tempfile.TemporaryDirectory() as tmp:
             ad_picks, ad_min, funnel = run_adaptive(copy.deepcopy(config), random.Random(f"adaptive-{seed}"),

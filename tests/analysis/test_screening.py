@@ -47,7 +47,7 @@ def test_a_clearly_worse_point_is_dropped_with_its_reason():
     selection = select(config, screened)
     assert "bs8-b4-t1-w2048" not in selection.survivors
     reason = selection.dropped["bs8-b4-t1-w2048"]
-    pattern = r"\u2212(\d+)% vs best at [a-z_ ]+ \(bs8-b8-t4-w2048\), interval \u2212(\d+)%\u2026\u2212(\d+)%"
+    pattern = r"\u2212(\d+)% vs best at [a-z_ ]+ \(bs8-b8-t4-w2048\), 90% interval \u2212(\d+)%\u2026\u2212(\d+)%"
     match = re.fullmatch(pattern, reason)
     assert match, reason
     assert 10 <= int(match[1]) <= 25 and int(match[2]) > int(match[1]) > int(match[3])
@@ -96,7 +96,7 @@ def _write_screen(root: Path, point_id: str, records: list[dict], minutes: float
 
 
 def test_the_race_drops_after_each_launch_keeps_baselines_and_points_without_a_completed_launch(tmp_path):
-    config = demo_config(sweep={"strategy": "adaptive", "screen": {"launch_cv": 0.04}})
+    config = demo_config(sweep={"strategy": "adaptive", "screen": {"launch_cv": 0.04, "confidence": 0.95}})
     screen, confirm = tmp_path / "screen", tmp_path / "confirm"
     speeds = {"bs8-b8-t4-w2048": 100, "bs8-b4-t1-w2048": 93, "ar": 40, "bs8-b8-t1-w2048": 99}
     for pid, speed in speeds.items():
@@ -114,6 +114,19 @@ def test_the_race_drops_after_each_launch_keeps_baselines_and_points_without_a_c
     assert after_second.dropped["bs8-b4-t1-w2048"].startswith("after confirmation launch 2: \u2212")
     assert [r["stage"] for r in after_second.rounds] == ["screen", "confirm launch 1", "confirm launch 2"]
     assert after_second.rounds[-1] == {"stage": "confirm launch 2", "entered": 4, "kept": 3}
+
+
+def test_refinement_is_around_the_best_points_or_every_survivor(tmp_path):
+    screen = tmp_path / "screen"
+    speeds = {"bs8-b8-t4-w2048": 100, "bs8-b4-t1-w2048": 99.5, "bs8-b4-t4-w2048": 60, "bs8-b8-t1-w2048": 61}
+    for pid, speed in speeds.items():
+        _write_screen(screen, pid, requests(speed, n=32, spread=0.001, seed=int(speed)))
+    refine = {"strategy": "adaptive", "refine": {"budget": 2}}
+    best = select_round(demo_config(sweep=refine), screen, list(speeds), None)
+    assert set(best.best.values()) == {"bs8-b8-t4-w2048"} and "bs8-b4-t1-w2048" in best.survivors
+    assert best.refine == ["bs8-b6-t4-w2048"]
+    around_all = select_round(demo_config(sweep={**refine, "refine_around": "survivors"}), screen, list(speeds), None)
+    assert sorted(around_all.refine) == ["bs8-b6-t1-w2048", "bs8-b6-t4-w2048"]
 
 
 def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path):

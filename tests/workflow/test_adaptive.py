@@ -44,11 +44,11 @@ def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by
     selection = json.loads((adaptive_run / "results" / "screen" / "selection.json").read_text())
     assert selection["simulated"] is True
     assert {"ar", "dflash-bs8-w2048"} <= set(selection["survivors"])
-    # Which points survive screening depends on timing noise; the refinement must be sweep.refine's budget
-    # steps around exactly the first round's surviving grid points (budget 6 lies between the grid's 4 and 8).
+    # Which points lead the screening depends on timing noise; the refinement must be sweep.refine's budget
+    # steps around exactly the first round's best points (budget 6 lies between the grid's 4 and 8).
     round1 = json.loads((adaptive_run / "results" / "screen" / "round1.json").read_text())
     config = load_config(adaptive_run / "results" / "study_config.yaml")  # the study as the workflow ran it
-    expected = {p.point_id for p in refine_candidates(config, round1["survivors"])}
+    expected = {p.point_id for p in refine_candidates(config, sorted(set(round1["best"].values())))}
     assert set(selection["refine"]) == set(round1["refine"]) == expected
     assert expected <= {"bs8-b6-t1-w2048", "bs8-b6-t4-w2048"}
     for pid in [*selection["screened"]]:

@@ -58,12 +58,13 @@ class Verdict:
     low: float
     high: float
     best: str
+    level: float
 
     @property
     def reason(self) -> str:
-        """A sentence such as '−18% vs best at latency (bs8-b8-t4-w2048), interval −21%…−15%'."""
+        """A sentence such as '−18% vs best at latency (bs8-b8-t4-w2048), 90% interval −21%…−15%'."""
         return (f"{_pct(self.relative)} vs best at {self.where} ({self.best}), "
-                f"interval {_pct(self.low)}…{_pct(self.high)}")
+                f"{self.level:.0%} interval {_pct(self.low)}…{_pct(self.high)}")
 
 
 @dataclass
@@ -183,7 +184,8 @@ def _compare(scores: dict[str, Estimate], where: str, confidence: float, dropped
         se = math.hypot(est.rel_se, top.rel_se)
         low, high = diff - z * se, diff + z * se
         if high < math.log1p(tolerance):
-            dropped[pid] = Verdict(pid, where, math.expm1(diff), math.expm1(low), math.expm1(high), best)
+            dropped[pid] = Verdict(pid, where, math.expm1(diff), math.expm1(low), math.expm1(high), best,
+                                   confidence)
     return best
 
 
@@ -260,7 +262,8 @@ def select(config: dict, launches: dict[str, list[list[dict]]], keep: list[str] 
 
 def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous: dict | None) -> Selection:
     """Round 1 (previous None): select among the configured points and list refinement points around the
-    survivors. Final round: select again among round-1 survivors and the refinement points."""
+    screening's best points (`sweep.refine_around: best`) or all its survivors. Final round: select again among
+    round-1 survivors and the refinement points."""
     candidates = point_ids if previous is None else list(dict.fromkeys([*previous["survivors"],
                                                                          *previous["refine"]]))
     requests, failed = load_screen(screen_dir, candidates)
@@ -269,7 +272,9 @@ def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous:
     stage = {"stage": "screen" if previous is None else "refine", "entered": len(candidates),
              "kept": len(selection.survivors)}
     if previous is None:
-        selection.refine = [p.point_id for p in refine_candidates(config, selection.survivors)]
+        around = (selection.survivors if config["sweep"].get("refine_around") == "survivors"
+                  else sorted(set(selection.best.values())))
+        selection.refine = [p.point_id for p in refine_candidates(config, around)]
         selection.rounds = [stage]
     else:
         selection.dropped = {**previous["dropped"], **selection.dropped}

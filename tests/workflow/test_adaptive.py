@@ -108,6 +108,25 @@ def test_changing_the_analysis_reruns_no_screening_or_confirmation(adaptive_run)
     assert "confirm_race" in executed  # the race is a selection too: it follows the analysis
 
 
+@pytest.mark.slow
+def test_changing_the_confirmation_benchmark_reruns_every_launch_and_no_screening(adaptive_run):
+    config = yaml.safe_load((adaptive_run / "changed.yaml").read_text())
+    config["benchmark"]["requests_per_cell"] = 6  # the screening has its own (sweep.screen.requests_per_cell)
+    (adaptive_run / "more_requests.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(adaptive_run, "--cores", "2", "--configfile", "more_requests.yaml", ".test/adaptive.yaml",
+                       "no_coding.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    assert not re.search(r"^(?:local)?rule screen_point:", output, re.MULTILINE)
+    assert {k for _, k in re.findall(r"wildcards: apoint=([\w.-]+), launch=(\d+)", output)} == {"0", "1", "2"}
+    # Every launch of every confirmed point ran with the new setting: no merged point mixes old and new launches.
+    race = json.loads((adaptive_run / "results" / "confirm" / "race-1.json").read_text())
+    for pid in race["survivors"]:
+        cells = json.loads((adaptive_run / "results" / "points" / pid / "bench" / "cells.json").read_text())["cells"]
+        assert sorted({c["repeat"] for c in cells}) == [0, 1, 2], pid
+        assert {c["requests"] for c in cells} == {6}, pid
+
+
 def test_the_adaptive_workflow_lints_clean():
     root = Path(__file__).resolve().parents[2]
     result = snakemake(root, "--lint", "--configfile", ".test/config.yaml", ".test/adaptive.yaml")

@@ -89,7 +89,10 @@ checkpoint screen_final:
 rule confirm_launch:
     input:
         preflight=adaptive_preflight,
-        previous=previous_launch_round,
+    # No input on the race record: launch k+1 of a point is asked for only through race_points, that is once the
+    # race after launch k has run (which needs launch k of every point in it), so launches interleave across
+    # points; a rewritten race record (a changed analysis reruns the selections) reruns no launch, while a
+    # launch's own changed settings rerun it (a params check that an ancient() input would skip).
     output:
         done="results/confirm/{apoint}/launch-{launch}/done.json",
     log:

@@ -60,10 +60,3 @@ def race_inputs(wildcards):
         "previous": (f"results/confirm/race-{k - 1}.json" if k > 0 else "results/screen/selection.json"),
     }
 
-
-def previous_launch_round(wildcards):
-    """Launch k waits for the race after launch k-1 (which waits for launch k-1 of every point in it), so
-    launches interleave across points. Ancient: a rewritten race record (a changed analysis reruns the
-    selection) does not rerun the launches of the points it keeps."""
-    k = int(wildcards.launch)
-    return ancient(f"results/confirm/race-{k - 1}.json") if k > 0 else []

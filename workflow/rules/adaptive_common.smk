@@ -59,4 +59,3 @@ def race_inputs(wildcards):
         ),
         "previous": (f"results/confirm/race-{k - 1}.json" if k > 0 else "results/screen/selection.json"),
     }
-

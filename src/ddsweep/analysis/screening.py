@@ -201,8 +201,7 @@ def combine(estimates: list[Estimate]) -> Estimate | None:
     return Estimate(value, within, estimates[0].launch / math.sqrt(n))
 
 
-def select(config: dict, launches: dict[str, list[list[dict]]], keep: list[str] | None = None,
-           where: str = "") -> Selection:
+def select(config: dict, launches: dict[str, list[list[dict]]], where: str = "") -> Selection:
     """Keep, per regime and priority, every point that could still be the best, plus the baselines. `launches`
     holds per point the request records of each of its launches (screening, then confirmation launches).
 
@@ -249,7 +248,7 @@ def select(config: dict, launches: dict[str, list[list[dict]]], keep: list[str] 
         if top:
             best[f"priority:{name}"] = top
         verdicts[f"priority:{name}"] = dropped
-    always = set(keep or []) | set(baseline_ids(config))
+    always = set(baseline_ids(config))
     survivors, reasons = [], {}
     for pid in launches:
         excluded = [v[pid] for v in verdicts.values() if pid in v]
@@ -277,12 +276,18 @@ def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous:
         selection.refine = [p.point_id for p in refine_candidates(config, around)]
         selection.rounds = [stage]
     else:
-        selection.dropped = {**previous["dropped"], **selection.dropped}
-        selection.screened = list(dict.fromkeys([*previous["screened"], *selection.screened]))
-        selection.failed = list(dict.fromkeys([*previous["failed"], *failed]))
-        selection.refine = list(previous["refine"])
-        selection.rounds = [*previous.get("rounds", []), stage]
+        _carry_over(previous, selection, stage)
     return selection
+
+
+def _carry_over(previous: dict, selection: Selection, stage: dict) -> None:
+    """A later round's record keeps the earlier rounds': screened, dropped and failed points, the refinement
+    points and the rounds, with this round's added."""
+    selection.dropped = {**previous["dropped"], **selection.dropped}
+    selection.screened = list(dict.fromkeys([*previous["screened"], *selection.screened]))
+    selection.failed = list(dict.fromkeys([*previous.get("failed", []), *selection.failed]))
+    selection.refine = list(previous.get("refine", []))
+    selection.rounds = [*previous.get("rounds", []), stage]
 
 
 def race_round(config: dict, screen_dir: Path, confirm_dir: Path, previous: dict, launch: int) -> Selection:
@@ -297,13 +302,9 @@ def race_round(config: dict, screen_dir: Path, confirm_dir: Path, previous: dict
     measured = {pid: runs for pid, runs in launches.items() if runs}
     selection = select(config, measured, where=f"after confirmation launch {launch + 1}: ")
     selection.survivors = [p for p in candidates if p in selection.survivors or p not in measured]
-    selection.screened = list(previous["screened"])
-    selection.dropped = {**previous["dropped"], **selection.dropped}
-    selection.failed = list(previous.get("failed", []))
-    selection.refine = list(previous.get("refine", []))
-    selection.rounds = [*previous.get("rounds", []), {"stage": f"confirm launch {launch + 1}",
-                                                      "entered": len(candidates),
-                                                      "kept": len(selection.survivors)}]
+    selection.screened = []  # the race screens nothing new
+    _carry_over(previous, selection, {"stage": f"confirm launch {launch + 1}", "entered": len(candidates),
+                                      "kept": len(selection.survivors)})
     return selection
 
 

@@ -22,7 +22,7 @@ counted with the study's cost model (`resources.estimate`: startup, per-cell and
 each strategy actually ran.
 
 Usage: python benchmarks/bench_adaptive.py [--seeds 10] [--launch-cv 0.04] [--assumed-cv 0.04] [--margin 0.02]
-       [--refine-step 2]
+       [--refine-step 2] [--confidence 0.9]
 """
 
 from __future__ import annotations
@@ -49,12 +49,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ModelParams()
 
 
-def study(assumed_cv: float, refine_step: int) -> dict:
+def study(assumed_cv: float, refine_step: int, confidence: float | None = None) -> dict:
     """The default study as an adaptive one, refining the budget in steps of `refine_step` (0: no refinement)."""
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     config["benchmark"]["requests_per_cell"] = 32  # fixed, so the cost model's cell time has one meaning
     config["sweep"].update({"strategy": "adaptive", "refine": {"budget": refine_step} if refine_step else {},
-                            "screen": {"requests_per_cell": 8, "launch_cv": assumed_cv}})
+                            "screen": {"requests_per_cell": 8, "launch_cv": assumed_cv,
+                                       **({"confidence": confidence} if confidence else {})}})
     return validate_config(config)
 
 
@@ -242,8 +243,9 @@ def main() -> int:
     parser.add_argument("--assumed-cv", type=float, default=0.04, help="sweep.screen.launch_cv the selection assumes")
     parser.add_argument("--margin", type=float, default=0.02, help="practical-equivalence margin")
     parser.add_argument("--refine-step", type=int, default=2, help="sweep.refine budget step (0: no refinement)")
+    parser.add_argument("--confidence", type=float, help="sweep.screen.confidence (default: the schema's)")
     args = parser.parse_args()
-    config = study(args.assumed_cv, args.refine_step)
+    config = study(args.assumed_cv, args.refine_step, args.confidence)
     grid_points = running_points(config)  # the points the workflow runs: one per alias group
 
     def truth(name: str, pick: str) -> float:

@@ -12,7 +12,8 @@ request records in the requests.jsonl schema); job records and refinement come f
 - grid: every point once, `benchmark.repeats` repeats within one launch; figure = mean of the repeats.
 - adaptive: every point screened (one launch, `sweep.screen.requests_per_cell`, regime cells), selection,
   refinement points screened, final selection, then the confirmation race: launch k of every point still in it,
-  and after each launch but the last the package's race selection (`ddsweep.analysis.screening.race_round`);
+  and after each launch but the last the package's race selection (`ddsweep.analysis.screening.race_round`, with
+  `sweep.screen.race_keep`);
   the coding eval's time in the last launch; figure = mean of the confirmed point's launches.
 
 Both recommend per priority the point with the best weighted mean of regime figures normalised by the best
@@ -22,7 +23,7 @@ counted with the study's cost model (`resources.estimate`: startup, per-cell and
 each strategy actually ran.
 
 Usage: python benchmarks/bench_adaptive.py [--seeds 10] [--launch-cv 0.04] [--assumed-cv 0.04] [--margin 0.02]
-       [--refine-step 2] [--confidence 0.9]
+       [--refine-step 2] [--confidence 0.9] [--race-keep 2]
 """
 
 from __future__ import annotations
@@ -49,13 +50,18 @@ ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ModelParams()
 
 
-def study(assumed_cv: float, refine_step: int, confidence: float | None = None) -> dict:
-    """The default study as an adaptive one, refining the budget in steps of `refine_step` (0: no refinement)."""
+def study(assumed_cv: float, refine_step: int, confidence: float | None = None, race_keep: int | None = None) -> dict:
+    """The default study as an adaptive one, refining the budget in steps of `refine_step` (0: no refinement);
+    `confidence` and `race_keep` (0: no cap) override the schema's defaults when given."""
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     config["benchmark"]["requests_per_cell"] = 32  # fixed, so the cost model's cell time has one meaning
+    screen = {"requests_per_cell": 8, "launch_cv": assumed_cv}
+    if confidence:
+        screen["confidence"] = confidence
+    if race_keep is not None:
+        screen["race_keep"] = race_keep or None
     config["sweep"].update({"strategy": "adaptive", "refine": {"budget": refine_step} if refine_step else {},
-                            "screen": {"requests_per_cell": 8, "launch_cv": assumed_cv,
-                                       **({"confidence": confidence} if confidence else {})}})
+                            "screen": screen})
     return validate_config(config)
 
 
@@ -244,8 +250,9 @@ def main() -> int:
     parser.add_argument("--margin", type=float, default=0.02, help="practical-equivalence margin")
     parser.add_argument("--refine-step", type=int, default=2, help="sweep.refine budget step (0: no refinement)")
     parser.add_argument("--confidence", type=float, help="sweep.screen.confidence (default: the schema's)")
+    parser.add_argument("--race-keep", type=int, help="sweep.screen.race_keep (default: the schema's; 0: no cap)")
     args = parser.parse_args()
-    config = study(args.assumed_cv, args.refine_step, args.confidence)
+    config = study(args.assumed_cv, args.refine_step, args.confidence, args.race_keep)
     grid_points = running_points(config)  # the points the workflow runs: one per alias group
 
     def truth(name: str, pick: str) -> float:

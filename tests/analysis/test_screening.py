@@ -96,7 +96,8 @@ def _write_screen(root: Path, point_id: str, records: list[dict], minutes: float
 
 
 def test_the_race_drops_after_each_launch_keeps_baselines_and_points_without_a_completed_launch(tmp_path):
-    config = demo_config(sweep={"strategy": "adaptive", "screen": {"launch_cv": 0.04, "confidence": 0.95}})
+    config = demo_config(sweep={"strategy": "adaptive",
+                                "screen": {"launch_cv": 0.04, "confidence": 0.95, "race_keep": None}})
     screen, confirm = tmp_path / "screen", tmp_path / "confirm"
     speeds = {"bs8-b8-t4-w2048": 100, "bs8-b4-t1-w2048": 93, "ar": 40, "bs8-b8-t1-w2048": 99}
     for pid, speed in speeds.items():
@@ -114,6 +115,29 @@ def test_the_race_drops_after_each_launch_keeps_baselines_and_points_without_a_c
     assert after_second.dropped["bs8-b4-t1-w2048"].startswith("after confirmation launch 2: \u2212")
     assert [r["stage"] for r in after_second.rounds] == ["screen", "confirm launch 1", "confirm launch 2"]
     assert after_second.rounds[-1] == {"stage": "confirm launch 2", "entered": 4, "kept": 3}
+
+
+def test_the_race_keeps_at_most_race_keep_plausible_points_but_the_screening_keeps_all(tmp_path):
+    screen, confirm = tmp_path / "screen", tmp_path / "confirm"
+    speeds = {"bs8-b8-t4-w2048": 100, "bs8-b8-t1-w2048": 99, "bs8-b4-t1-w2048": 98, "bs8-b4-t4-w2048": 97,
+              "ar": 40}
+    for pid, speed in speeds.items():
+        _write_screen(screen, pid, requests(speed, seed=speed))
+        _write_screen(confirm / pid, "launch-0", requests(speed, seed=speed + 1))
+
+    def race(keep: int | None) -> dict:
+        config = demo_config(sweep={"strategy": "adaptive", "screen": {"launch_cv": 0.04, "race_keep": keep}})
+        previous = select_round(config, screen, list(speeds), None).to_json()
+        assert set(previous["survivors"]) == set(speeds)  # the screening has no cap
+        return race_round(config, screen, confirm, previous, 0).to_json()
+
+    assert set(race(None)["survivors"]) == set(speeds)  # 3% apart: all plausible after two launches
+    capped = race(2)
+    assert capped["survivors"] == ["bs8-b8-t4-w2048", "bs8-b8-t1-w2048", "ar"]  # the baseline stays uncapped
+    reason = capped["dropped"]["bs8-b4-t4-w2048"]
+    assert reason.startswith("after confirmation launch 1: \u2212")
+    assert reason.endswith("ranked 4 there, and the race keeps 2"), reason
+    assert capped["dropped"]["bs8-b4-t1-w2048"].endswith("ranked 3 there, and the race keeps 2")
 
 
 def test_refinement_is_around_the_best_points_or_every_survivor(tmp_path):

@@ -8,6 +8,7 @@ from conftest import demo_config
 from ddsweep.config.plan import format_plan
 from ddsweep.config.stages import (
     confirm_record,
+    race_bound,
     refine_candidates,
     resolve_point,
     screen_record,
@@ -69,3 +70,17 @@ def test_plan_shows_each_stage_next_to_the_grid():
     for label in ("screen", "refine", "confirm", "full grid", "worst case", "expected"):
         assert label in text
     assert "worst case" not in format_plan(demo_config())
+
+
+def test_the_race_cap_bounds_the_worst_case_confirmation():
+    def worst(keep: int | None) -> tuple[float, int | None, dict]:
+        config = demo_config(sweep={"strategy": "adaptive", "refine": {"budget": 2}, "screen": {"race_keep": keep}})
+        return stage_estimates(config)["confirm"]["worst_min"], race_bound(config), config
+
+    uncapped, no_bound, config = worst(None)
+    capped, bound, _ = worst(1)
+    entering = stage_estimates(config)["confirm"]["points"]
+    assert no_bound is None and bound < entering
+    # all entering points run the first launch; only `bound` of them the other two and the coding eval
+    launch = (uncapped - entering * config["resources"]["estimate"]["coding_min"]) / (3 * entering)
+    assert capped == pytest.approx(uncapped - (entering - bound) * (uncapped / entering - launch))

@@ -5,8 +5,9 @@ per-request figures within that one launch, and the variation between server lau
 show and which `sweep.screen.launch_cv` states (a relative standard deviation). Per regime and per priority, a
 point is dropped only when the interval of its relative difference to the best point lies entirely below
 `sweep.screen.tolerance`; every other point survives, together with the `ar` and DFlash baselines. The same
-selection runs again after each confirmation launch but the last (a race), on every launch of each point so far.
-See docs/adaptive.md.
+selection runs again after each confirmation launch but the last (a race), on every launch of each point so far,
+and there keeps at most `sweep.screen.race_keep` of the remaining points per regime and priority, the best by
+their figures so far. See docs/adaptive.md.
 """
 
 from __future__ import annotations
@@ -59,12 +60,16 @@ class Verdict:
     high: float
     best: str
     level: float
+    rank: int = 0
+    kept: int = 0
 
     @property
     def reason(self) -> str:
-        """A sentence such as '−18% vs best at latency (bs8-b8-t4-w2048), 90% interval −21%…−15%'."""
-        return (f"{_pct(self.relative)} vs best at {self.where} ({self.best}), "
+        """A sentence such as '−18% vs best at latency (bs8-b8-t4-w2048), 90% interval −21%…−15%', with the
+        point's rank when the race's cap, not the interval, dropped it."""
+        text = (f"{_pct(self.relative)} vs best at {self.where} ({self.best}), "
                 f"{self.level:.0%} interval {_pct(self.low)}…{_pct(self.high)}")
+        return text + (f"; ranked {self.rank} there, and the race keeps {self.kept}" if self.rank else "")
 
 
 @dataclass
@@ -167,25 +172,31 @@ def _z(confidence: float) -> float:
 
 
 def _compare(scores: dict[str, Estimate], where: str, confidence: float, dropped: dict[str, Verdict],
-             tolerance: float = 0.0) -> str | None:
+             tolerance: float = 0.0, keep_at_most: int | None = None) -> str | None:
     """Drop from `scores` every point whose two-sided `confidence` interval of the relative difference to the
-    best lies below +`tolerance` (clearly worse, or at most a near-tie); returns the best point.
+    best lies below +`tolerance` (clearly worse, or at most a near-tie), then, with `keep_at_most`, every
+    remaining point ranked below that many; returns the best point.
     (Bonferroni-adjusted intervals gave no more correct recommendations in benchmarks/bench_adaptive.py on the
     62-job grid, 27 vs 28 of 30, and confirmed about 1.7 times as many.)"""
     if not scores:
         return None
     z = _z(confidence)
-    best = max(scores, key=lambda p: (scores[p].value, p))
-    top = scores[best]
-    for pid, est in scores.items():
-        if pid == best:
-            continue
+    ranked = sorted(scores, key=lambda p: (scores[p].value, p), reverse=True)
+    best, top = ranked[0], scores[ranked[0]]
+    remaining = 0
+    for pid in ranked:
+        est = scores[pid]
         diff = math.log(est.value / top.value)
         se = math.hypot(est.rel_se, top.rel_se)
         low, high = diff - z * se, diff + z * se
-        if high < math.log1p(tolerance):
-            dropped[pid] = Verdict(pid, where, math.expm1(diff), math.expm1(low), math.expm1(high), best,
-                                   confidence)
+        verdict = Verdict(pid, where, math.expm1(diff), math.expm1(low), math.expm1(high), best, confidence)
+        if pid != best and high < math.log1p(tolerance):
+            dropped[pid] = verdict
+            continue
+        remaining += 1
+        if keep_at_most and remaining > keep_at_most:
+            verdict.rank, verdict.kept = remaining, keep_at_most
+            dropped[pid] = verdict
     return best
 
 
@@ -201,13 +212,15 @@ def combine(estimates: list[Estimate]) -> Estimate | None:
     return Estimate(value, within, estimates[0].launch / math.sqrt(n))
 
 
-def select(config: dict, launches: dict[str, list[list[dict]]], where: str = "") -> Selection:
-    """Keep, per regime and priority, every point that could still be the best, plus the baselines. `launches`
-    holds per point the request records of each of its launches (screening, then confirmation launches).
+def select(config: dict, launches: dict[str, list[list[dict]]], where: str = "", race: bool = False) -> Selection:
+    """Keep, per regime and priority, every point that could still be the best (in a `race` round at most
+    `sweep.screen.race_keep` of them), plus the baselines. `launches` holds per point the request records of each
+    of its launches (screening, then confirmation launches).
 
     A point survives if some regime or priority keeps it; its reason for being dropped is its worst comparison
     (prefixed with `where`, the stage that dropped it)."""
     settings = screen_settings(config)
+    keep_at_most = settings.get("race_keep") if race else None
     regimes = config.get("analysis", {}).get("regimes", [])
     per_regime: dict[str, dict[str, Estimate]] = {}
     for regime in regimes:
@@ -225,7 +238,7 @@ def select(config: dict, launches: dict[str, list[list[dict]]], where: str = "")
     best: dict[str, str] = {}
     for name, scores in per_regime.items():
         dropped: dict[str, Verdict] = {}
-        top = _compare(scores, f"{name}", settings["confidence"], dropped, settings["tolerance"])
+        top = _compare(scores, f"{name}", settings["confidence"], dropped, settings["tolerance"], keep_at_most)
         if top:
             best[f"regime:{name}"] = top
         verdicts[f"regime:{name}"] = dropped
@@ -244,7 +257,8 @@ def select(config: dict, launches: dict[str, list[list[dict]]], where: str = "")
             launch = sum(p * e.launch for p, e in parts) / value  # one launch: the same factor in every regime
             scores[pid] = Estimate(value, within, launch)
         dropped = {}
-        top = _compare(scores, f"priority {name}", settings["confidence"], dropped, settings["tolerance"])
+        top = _compare(scores, f"priority {name}", settings["confidence"], dropped, settings["tolerance"],
+                       keep_at_most)
         if top:
             best[f"priority:{name}"] = top
         verdicts[f"priority:{name}"] = dropped
@@ -300,7 +314,7 @@ def race_round(config: dict, screen_dir: Path, confirm_dir: Path, previous: dict
         dirs = [Path(screen_dir) / pid, *(Path(confirm_dir) / pid / f"launch-{k}" for k in range(launch + 1))]
         launches[pid] = [records for d in dirs if (records := load_launch(d))]
     measured = {pid: runs for pid, runs in launches.items() if runs}
-    selection = select(config, measured, where=f"after confirmation launch {launch + 1}: ")
+    selection = select(config, measured, where=f"after confirmation launch {launch + 1}: ", race=True)
     selection.survivors = [p for p in candidates if p in selection.survivors or p not in measured]
     selection.screened = []  # the race screens nothing new
     _carry_over(previous, selection, {"stage": f"confirm launch {launch + 1}", "entered": len(candidates),

@@ -164,25 +164,44 @@ def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
     full = bench["requests_per_cell"] or statistics.fmean(max(8, 4 * c) for c in sbench["concurrency"])
     scale = sbench["requests_per_cell"] / full  # cell_min is the time of a full cell
     screen_point = est["startup_min"] + len(sbench["contexts"]) * len(sbench["concurrency"]) * est["cell_min"] * scale
-    launches = confirm_launches(config)
     one_launch = copy.deepcopy(config)
     one_launch["benchmark"]["repeats"] = 1
     one_launch["coding_eval"] = {**config["coding_eval"], "enabled": False}
     coding = est["coding_min"] if config["coding_eval"]["enabled"] else 0.0
-    confirm_point = launches * estimate_minutes(one_launch, 1)["per_point_min"] + coding
+    launch_min = estimate_minutes(one_launch, 1)["per_point_min"]
     n_refine = _max_refinements(config, points)
     fraction = screen_cfg["expected_survivors"]
     n_base = len(baseline_ids(config))
     expected_survivors = min(n, n_base + fraction * (n - n_base))
+    in_race = race_bound(config)
+
+    def confirm_min(entering: float) -> float:
+        """Every entering point runs the first launch; the race's cap bounds who runs the later ones and the
+        coding eval in the last."""
+        later = entering if in_race is None else min(entering, in_race)
+        if confirm_launches(config) <= 1:
+            return entering * (launch_min + coding)
+        return entering * launch_min + later * ((confirm_launches(config) - 1) * launch_min + coding)
+
     grid = estimate_minutes(config, n)["total_min"]
     return {
         "grid": {"points": n, "worst_min": grid, "expected_min": grid},
         "screen": {"points": n, "worst_min": n * screen_point, "expected_min": n * screen_point},
         "refine": {"points": n_refine, "worst_min": n_refine * screen_point,
                    "expected_min": fraction * n_refine * screen_point},
-        "confirm": {"points": n + n_refine, "worst_min": (n + n_refine) * confirm_point,
-                    "expected_min": (expected_survivors + fraction * fraction * n_refine) * confirm_point},
+        "confirm": {"points": n + n_refine, "worst_min": confirm_min(n + n_refine),
+                    "expected_min": confirm_min(expected_survivors + fraction * fraction * n_refine)},
     }
+
+
+def race_bound(config: dict) -> int | None:
+    """Most points that can run the confirmation launches after the first: `sweep.screen.race_keep` per regime
+    and priority, plus the baselines (None: no cap)."""
+    keep = screen_settings(config).get("race_keep")
+    if not keep:
+        return None
+    analysis = config.get("analysis", {})
+    return len(baseline_ids(config)) + keep * (len(analysis.get("regimes", [])) + len(analysis.get("priorities", {})))
 
 
 def format_stage_plan(config: dict) -> list[str]:

@@ -49,6 +49,7 @@ def copy_workflow(dest: Path, strict_standin: bool = False) -> Path:
     Its demo configurations start the stand-in lenient unless `strict_standin`: a strict stand-in loads SGLang's
     classes at every start (about 7 s of CPU), and the tests of scheduling and selection start dozens. The demo
     study test (tests/workflow/test_workflow.py) and the contract tests run it strict."""
+    dest.mkdir(parents=True, exist_ok=True)
     for name in ("Snakefile", "workflow", "config", ".test", "envs", "profiles"):
         source = ROOT / name
         if source.is_dir():

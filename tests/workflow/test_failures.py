@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_workflow import _copy_workflow
+from conftest import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,7 @@ def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables_and_bundle(tmp_path):
-    workdir = _copy_workflow(tmp_path / "study")
+    workdir = copy_workflow(tmp_path / "study", strict_standin=True)
     (workdir / "faults.yaml").write_text(yaml.safe_dump(_study()))
     first = _snakemake(workdir)
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]

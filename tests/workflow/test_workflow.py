@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -13,27 +12,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-ROOT = Path(__file__).resolve().parents[2]
-WORKFLOW_FILES = ("Snakefile", "workflow", "config", ".test", "envs")
-
-
-def _copy_workflow(target: Path) -> Path:
-    """A copy of the workflow in a scratch directory, so tests never touch the developer's results/."""
-    target.mkdir(parents=True, exist_ok=True)
-    for name in WORKFLOW_FILES:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, target / name, symlinks=False)
-        else:
-            shutil.copy2(source, target / name)
-    return target
+from conftest import ROOT, copy_workflow, venv_env
 
 
 def snakemake(workdir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run Snakemake in `workdir` with this interpreter's environment on PATH."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir, env=venv_env(), capture_output=True,
                           text=True, timeout=timeout, check=False)
 
 
@@ -47,7 +31,7 @@ def scheduled_jobs(output: str) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory) -> Path:
     """The demo study run once, end to end, through real Snakemake against the stand-in server."""
-    workdir = _copy_workflow(tmp_path_factory.mktemp("demo"))
+    workdir = copy_workflow(tmp_path_factory.mktemp("demo"), strict_standin=True)
     # with the end-of-study reference runs (sweep.reference), which are on by default only on Slurm
     demo = yaml.safe_load((workdir / ".test" / "config.yaml").read_text())
     demo["sweep"]["reference"] = {"enabled": True}
@@ -173,7 +157,7 @@ def test_changing_the_benchmark_matrix_reruns_every_point(demo_run):
 
 
 def test_bad_config_stops_before_any_job_with_the_key_named(tmp_path):
-    workdir = _copy_workflow(tmp_path / "wf")
+    workdir = copy_workflow(tmp_path / "wf", strict_standin=True)
     config = yaml.safe_load((workdir / ".test" / "config.yaml").read_text())
     config["sweep"]["points"].append({"preset": "ddtree", "budget": 8, "topk": 4, "block_size": 16, "window": 8})
     (workdir / "bad.yaml").write_text(yaml.safe_dump(config))
@@ -185,7 +169,7 @@ def test_bad_config_stops_before_any_job_with_the_key_named(tmp_path):
 
 
 def test_unknown_key_stops_before_any_job(tmp_path):
-    workdir = _copy_workflow(tmp_path / "wf")
+    workdir = copy_workflow(tmp_path / "wf", strict_standin=True)
     (workdir / "bad.yaml").write_text("benchmark:\n  repeat: 3\n")
     result = snakemake(workdir, "-n", "--cores", "1", "--configfile", ".test/config.yaml", "bad.yaml")
     assert result.returncode != 0

@@ -40,14 +40,7 @@ rule screen_point:
         "../../envs/server.yaml"
     threads: 1 if STUDY["simulated"] else workflow.cores
     resources:
-        gres=slurm_gpu_request(),
-        slurm_partition=RESOURCES.get("partition") or "",
-        runtime=RESOURCES["runtime_min"],
-        cpus_per_task=RESOURCES["cpus_per_task"],
-        mem_mb=RESOURCES["mem_mb"],
-        constraint=RESOURCES["constraint"],
-        nodes=RESOURCES["nodes"],
-        slurm_extra=slurm_extra_flags(),
+        **point_job_resources(),
     params:
         record=lambda wildcards: json.dumps(screen_record(STUDY, adaptive_point(wildcards)), sort_keys=True),
         outdir=lambda wildcards: f"results/screen/{wildcards.apoint}",
@@ -103,14 +96,7 @@ rule confirm_launch:
         "../../envs/server.yaml"
     threads: 1 if STUDY["simulated"] else workflow.cores
     resources:
-        gres=slurm_gpu_request(),
-        slurm_partition=RESOURCES.get("partition") or "",
-        runtime=RESOURCES["runtime_min"],
-        cpus_per_task=RESOURCES["cpus_per_task"],
-        mem_mb=RESOURCES["mem_mb"],
-        constraint=RESOURCES["constraint"],
-        nodes=RESOURCES["nodes"],
-        slurm_extra=slurm_extra_flags(),
+        **point_job_resources(),
     params:
         record=lambda wildcards: json.dumps(
             confirm_record(STUDY, adaptive_point(wildcards), int(wildcards.launch)),

@@ -121,6 +121,21 @@ def slurm_gpu_request():
     return f"gpu:{gpus}" if gpus else ""
 
 
+def point_job_resources(slurm_extra=None):
+    """The resources of every job that starts a server (point, screening, confirmation launch, reference run),
+    from the study's `resources:`; `slurm_extra` replaces the sbatch flags (a reference run pins its host)."""
+    return {
+        "gres": slurm_gpu_request(),
+        "slurm_partition": RESOURCES.get("partition") or "",
+        "runtime": RESOURCES["runtime_min"],
+        "cpus_per_task": RESOURCES["cpus_per_task"],
+        "mem_mb": RESOURCES["mem_mb"],
+        "constraint": RESOURCES["constraint"],
+        "nodes": RESOURCES["nodes"],
+        "slurm_extra": slurm_extra or slurm_extra_flags(),
+    }
+
+
 def slurm_extra_flags(nodelist=None):
     """sbatch flags the plugin has no resource for: whole nodes, node list (the study's, unless a job is pinned to
     `nodelist`), the pre-timeout signal, one task per node."""

@@ -17,14 +17,7 @@ rule run_point:
     # A real point job owns the machine's GPUs: locally, one point at a time. Stand-in points use no GPU.
     threads: 1 if STUDY["simulated"] else workflow.cores
     resources:
-        gres=slurm_gpu_request(),
-        slurm_partition=RESOURCES.get("partition") or "",
-        runtime=RESOURCES["runtime_min"],
-        cpus_per_task=RESOURCES["cpus_per_task"],
-        mem_mb=RESOURCES["mem_mb"],
-        constraint=RESOURCES["constraint"],
-        nodes=RESOURCES["nodes"],
-        slurm_extra=slurm_extra_flags(),
+        **point_job_resources(),
     params:
         preset=lambda wildcards: POINTS[wildcards.point].preset,
         budget=knob("budget"),

@@ -43,15 +43,8 @@ rule reference_run:
         "../../envs/server.yaml"
     threads: 1 if STUDY["simulated"] else workflow.cores
     resources:
-        gres=slurm_gpu_request(),
-        slurm_partition=RESOURCES.get("partition") or "",
-        runtime=RESOURCES["runtime_min"],
-        cpus_per_task=RESOURCES["cpus_per_task"],
-        mem_mb=RESOURCES["mem_mb"],
-        constraint=RESOURCES["constraint"],
-        nodes=RESOURCES["nodes"],
         # on the host it measures, instead of the study's resources.nodelist
-        slurm_extra=lambda wildcards: slurm_extra_flags(nodelist=wildcards.host),
+        **point_job_resources(slurm_extra=lambda wildcards: slurm_extra_flags(nodelist=wildcards.host)),
     params:
         record=lambda wildcards: json.dumps(reference_record(STUDY, REFERENCE), sort_keys=True),
         outdir=lambda wildcards: f"results/reference/end-{wildcards.host}",

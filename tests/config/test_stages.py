@@ -78,9 +78,11 @@ def test_the_race_cap_bounds_the_worst_case_confirmation():
         return stage_estimates(config)["confirm"]["worst_min"], race_bound(config), config
 
     uncapped, no_bound, config = worst(None)
-    capped, bound, _ = worst(1)
+    capped, bound, capped_config = worst(1)
     entering = stage_estimates(config)["confirm"]["points"]
     assert no_bound is None and bound < entering
+    assert f"at most {bound} run the later confirmation launches" in format_plan(capped_config)
+    assert "every point entering the confirmation may run every confirmation launch" in format_plan(config)
     # all entering points run the first launch; only `bound` of them the other two and the coding eval
     launch = (uncapped - entering * config["resources"]["estimate"]["coding_min"]) / (3 * entering)
     assert capped == pytest.approx(uncapped - (entering - bound) * (uncapped / entering - launch))

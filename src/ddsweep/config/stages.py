@@ -216,8 +216,12 @@ def format_stage_plan(config: dict) -> list[str]:
         wall = f"{minutes / 60:6.1f} h" if minutes >= 120 else f"{minutes:4.1f} min"
         return f"{wall} = {minutes * gpus / 60:6.0f} GPU-h"
 
+    bound = race_bound(config)
+    race = (f"of the points entering the confirmation, at most {bound} run the later confirmation launches "
+            "(sweep.screen.race_keep per regime and priority, plus the baselines)" if bound is not None
+            else "every point entering the confirmation may run every confirmation launch")
     lines = ["", f"adaptive strategy (expected: {fraction:.0%} of the non-baseline points survive the screening)",
-             f"{'stage':<10} {'points':>7}  {'worst case':>25}  {'expected':>25}"]
+             race, f"{'stage':<10} {'points':>7}  {'worst case':>25}  {'expected':>25}"]
     for name in ("screen", "refine", "confirm"):
         s = stages[name]
         lines.append(f"{name:<10} {s['points']:>7}  {hours(s['worst_min']):>25}  {hours(s['expected_min']):>25}")

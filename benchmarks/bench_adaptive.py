@@ -23,7 +23,7 @@ counted with the study's cost model (`resources.estimate`: startup, per-cell and
 each strategy actually ran.
 
 Usage: python benchmarks/bench_adaptive.py [--seeds 10] [--launch-cv 0.04] [--assumed-cv 0.04] [--margin 0.02]
-       [--refine-step 2] [--confidence 0.9] [--race-keep 2]
+       [--refine-step 2] [--confidence 0.9] [--race-keep 2] [--budgets 4,8,12,16]
 """
 
 from __future__ import annotations
@@ -50,11 +50,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ModelParams()
 
 
-def study(assumed_cv: float, refine_step: int, confidence: float | None = None, race_keep: int | None = None) -> dict:
+def study(assumed_cv: float, refine_step: int, confidence: float | None = None, race_keep: int | None = None,
+          budgets: list[int] | None = None) -> dict:
     """The default study as an adaptive one, refining the budget in steps of `refine_step` (0: no refinement);
-    `confidence` and `race_keep` (0: no cap) override the schema's defaults when given."""
+    `confidence`, `race_keep` (0: no cap) and the grid's `budgets` override the defaults when given."""
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     config["benchmark"]["requests_per_cell"] = 32  # fixed, so the cost model's cell time has one meaning
+    if budgets:
+        config["sweep"]["grid"]["budget"] = budgets
     screen = {"requests_per_cell": 8, "launch_cv": assumed_cv}
     if confidence:
         screen["confidence"] = confidence
@@ -251,8 +254,10 @@ def main() -> int:
     parser.add_argument("--refine-step", type=int, default=2, help="sweep.refine budget step (0: no refinement)")
     parser.add_argument("--confidence", type=float, help="sweep.screen.confidence (default: the schema's)")
     parser.add_argument("--race-keep", type=int, help="sweep.screen.race_keep (default: the schema's; 0: no cap)")
+    parser.add_argument("--budgets", type=lambda text: [int(b) for b in text.split(",")],
+                        help="the grid's budgets, comma-separated (default: config/config.yaml's 4,8,12,16)")
     args = parser.parse_args()
-    config = study(args.assumed_cv, args.refine_step, args.confidence, args.race_keep)
+    config = study(args.assumed_cv, args.refine_step, args.confidence, args.race_keep, args.budgets)
     grid_points = running_points(config)  # the points the workflow runs: one per alias group
 
     def truth(name: str, pick: str) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import demo_config
 
-from ddsweep.config.plan import format_plan
+from ddsweep.config.plan import format_plan, running_points
 from ddsweep.config.stages import (
     confirm_record,
     race_bound,
@@ -86,3 +86,17 @@ def test_the_race_cap_bounds_the_worst_case_confirmation():
     # all entering points run the first launch; only `bound` of them the other two and the coding eval
     launch = (uncapped - entering * config["resources"]["estimate"]["coding_min"]) / (3 * entering)
     assert capped == pytest.approx(uncapped - (entering - bound) * (uncapped / entering - launch))
+
+
+def test_every_refinement_point_a_selection_can_list_resolves_to_itself():
+    # Which refinement points a selection lists depends on the points it refines around: a candidate listed
+    # around one point (bs8-b7-t2-w2048 here) can be an alias of one listed earlier around all of them.
+    config = demo_config(sweep={"strategy": "adaptive", "refine": {"budget": 1},
+                                "grid": {"budget": [4, 6, 8, 10, 12, 14, 16], "topk": [1, 2, 4, 8]},
+                                "points": []})
+    listed = 0
+    for point in running_points(config):
+        for candidate in refine_candidates(config, [point.point_id]):
+            assert resolve_point(config, candidate.point_id) == candidate
+            listed += 1
+    assert listed > len(refine_candidates(config, [p.point_id for p in running_points(config)]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from ddsweep.config.knobs import effective_tree
 from ddsweep.config.plan import estimate_minutes, running_points, server_key
@@ -98,51 +98,62 @@ def _server_key(config: dict, point: Point) -> tuple:
     return server_key(config, point, tree)
 
 
+def _refine_moves(config: dict, known: dict[str, Point], point_id: str) -> Iterator[Point]:
+    """Every point `sweep.refine` can reach from one grid point: each refined knob moved by ± its step, inside the
+    grid's range for that knob, not a grid value, passing the constraints (aliases not yet removed)."""
+    refine = config.get("sweep", {}).get("refine") or {}
+    grid = config["sweep"].get("grid") or {}
+    point = known.get(point_id)
+    if point is None or point.kind != "ddtree" or point.preset != config["sweep"].get("preset", "ddtree"):
+        return
+    if any(getattr(point, k) not in grid.get(k, [None]) for k in ("budget", "topk", "block_size", "window")):
+        return  # an explicit point outside the grid (sweep.points) is not refined
+    for knob, step in refine.items():
+        values = [v for v in grid.get(knob, []) if v is not None]
+        if not values or getattr(point, knob) is None:
+            continue
+        for sign in (-1, 1):
+            value = getattr(point, knob) + sign * step
+            if not min(values) < value < max(values) or value in values:
+                continue
+            try:
+                candidate = _make_point(config, {"preset": point.preset, **point.knobs, knob: value},
+                                        f"sweep.refine.{knob}")
+            except ConfigError:
+                continue
+            if candidate.point_id not in known and _allowed(config, candidate):
+                yield candidate
+
+
 def refine_candidates(config: dict, survivors: Iterable[str]) -> list[Point]:
     """Points `sweep.refine` adds around the surviving grid points (not explicit `sweep.points`): each refined
     knob moved by ± its step, kept inside the grid's range for that knob, passing the constraints and not
-    already in the sweep."""
-    refine = config.get("sweep", {}).get("refine") or {}
-    grid = config["sweep"].get("grid") or {}
-    if not refine or not grid:
+    the same server configuration as a point in the sweep or an earlier candidate."""
+    if not (config.get("sweep", {}).get("refine") and config["sweep"].get("grid")):
         return []
     known = {p.point_id: p for p in expand_points(config)}
     seen = {_server_key(config, p) for p in known.values()}
     added: dict[str, Point] = {}
     for pid in survivors:
-        point = known.get(pid)
-        if point is None or point.kind != "ddtree" or point.preset != config["sweep"].get("preset", "ddtree"):
-            continue
-        if any(getattr(point, k) not in grid.get(k, [None]) for k in ("budget", "topk", "block_size", "window")):
-            continue  # an explicit point outside the grid (sweep.points) is not refined
-        for knob, step in refine.items():
-            values = [v for v in grid.get(knob, []) if v is not None]
-            if not values or getattr(point, knob) is None:
-                continue
-            for sign in (-1, 1):
-                value = getattr(point, knob) + sign * step
-                if not min(values) < value < max(values) or value in values:
-                    continue
-                knobs = {**point.knobs, knob: value}
-                try:
-                    candidate = _make_point(config, {"preset": point.preset, **knobs}, f"sweep.refine.{knob}")
-                except ConfigError:
-                    continue
-                key = _server_key(config, candidate)
-                if candidate.point_id not in known and key not in seen and _allowed(config, candidate):
-                    added[candidate.point_id] = candidate
-                    seen.add(key)  # a candidate with the same server configuration as another is not added
+        for candidate in _refine_moves(config, known, pid):
+            key = _server_key(config, candidate)
+            if key not in seen:
+                added[candidate.point_id] = candidate
+                seen.add(key)  # a candidate with the same server configuration as another is not added
     return list(added.values())
 
 
 def resolve_point(config: dict, point_id: str) -> Point:
-    """The point with this id: a configured one, or one that `sweep.refine` could add around a configured one."""
+    """The point with this id: a configured one, or one that `sweep.refine` can reach from a configured one
+    (which refinement points a selection adds depends on the points it refines around, so no alias is removed
+    here)."""
     known = {p.point_id: p for p in expand_points(config)}
     if point_id in known:
         return known[point_id]
-    refined = {p.point_id: p for p in refine_candidates(config, list(known))}
-    if point_id in refined:
-        return refined[point_id]
+    for pid in known:
+        for candidate in _refine_moves(config, known, pid):
+            if candidate.point_id == point_id:
+                return candidate
     raise ConfigError(f"no point {point_id!r} in this configuration or its refinement (sweep.refine); "
                       f"configured: {', '.join(known)}")
 

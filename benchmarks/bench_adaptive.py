@@ -20,7 +20,8 @@ Both recommend per priority the point with the best weighted mean of regime figu
 (the rule of the current summary). A recommendation is correct when its true priority score (from the model's
 expectation, no noise) is within `--margin` of the best true score over the grid's points. Point-job time is
 counted with the study's cost model (`resources.estimate`: startup, per-cell and coding minutes), over the jobs
-each strategy actually ran.
+each strategy actually ran, as `ddsweep plan` counts it: every workload's cells, and a cell with fewer requests
+than a full one in waves of C requests (`ddsweep.config.plan.cell_share`).
 
 Usage: python benchmarks/bench_adaptive.py [--seeds 10] [--launch-cv 0.04] [--assumed-cv 0.04] [--margin 0.02]
        [--refine-step 2] [--confidence 0.9] [--race-keep 2] [--budgets 4,8,12,16]
@@ -41,8 +42,8 @@ from pathlib import Path
 import yaml
 
 from ddsweep.analysis.screening import estimate, race_round, select_round
-from ddsweep.config.plan import running_points
-from ddsweep.config.stages import resolve_point, screen_benchmark
+from ddsweep.config.plan import cell_requests, cell_share, running_points
+from ddsweep.config.stages import benchmark_cells, resolve_point, screen_benchmark
 from ddsweep.config.study import Point, validate_config
 from ddsweep.sim.model import Knobs, ModelParams, depth_probabilities, prefill_time_s, step_time_s
 
@@ -128,9 +129,11 @@ def regime_cells(config: dict) -> list[tuple[int, int]]:
 
 
 def measure(config: dict, point: Point, n: int, factor: float, rng: random.Random) -> list[dict]:
-    """One launch's requests at every regime cell."""
+    """One launch's requests at every regime cell: `n` per cell, at least the cell's concurrency (the benchmark's
+    rule)."""
     tokens = config["benchmark"]["max_new_tokens"]
-    return [r for ctx, c in regime_cells(config) for r in requests(knobs_of(point), ctx, c, n, tokens, factor, rng)]
+    return [r for ctx, c in regime_cells(config)
+            for r in requests(knobs_of(point), ctx, c, cell_requests(c, n), tokens, factor, rng)]
 
 
 def figures(config: dict, runs: list[list[dict]]) -> dict[str, float]:
@@ -174,23 +177,23 @@ def true_scores(config: dict, points: list[Point], reference: list[Point]) -> di
     return out
 
 
-def job_minutes(config: dict, cells: int, requests_per_cell: int, repeats: int, coding: bool) -> float:
-    """A job's minutes in the study's cost model (resources.estimate)."""
-    est = config["resources"]["estimate"]
-    scale = requests_per_cell / config["benchmark"]["requests_per_cell"]
-    return est["startup_min"] + cells * repeats * est["cell_min"] * scale + (est["coding_min"] if coding else 0.0)
+def job_minutes(config: dict, bench: dict, coding: bool) -> float:
+    """A job's minutes in the study's cost model (resources.estimate, as `ddsweep plan` counts them): each cell of
+    `bench` takes its share of a full cell's (`benchmark.requests_per_cell`) time."""
+    est, full = config["resources"]["estimate"], config["benchmark"]["requests_per_cell"]
+    share = sum(cell_share(c, bench["requests_per_cell"], full) for _, c in benchmark_cells(bench))
+    return est["startup_min"] + share * bench["repeats"] * est["cell_min"] + (est["coding_min"] if coding else 0.0)
 
 
 def run_grid(config: dict, rng: random.Random, launch_cv: float) -> tuple[dict[str, str], float]:
     """Every point, one launch with the configured repeats."""
     bench = config["benchmark"]
     n, repeats = bench["requests_per_cell"], bench["repeats"]
-    cells = len(bench["contexts"]) * len(bench["concurrency"])
     figs, minutes = {}, 0.0
     for point in running_points(config):
         factor = math.exp(rng.gauss(0, launch_cv))
         figs[point.point_id] = figures(config, [measure(config, point, n, factor, rng) for _ in range(repeats)])
-        minutes += job_minutes(config, cells, n, repeats, True)
+        minutes += job_minutes(config, bench, True)
     return recommend(config, figs), minutes
 
 
@@ -202,7 +205,6 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
 
     bench, sbench = config["benchmark"], screen_benchmark(config)
     n_screen = sbench["requests_per_cell"]
-    screen_cells = len(sbench["contexts"]) * len(sbench["concurrency"])
     points = {p.point_id: p for p in running_points(config)}
     minutes = 0.0
 
@@ -215,7 +217,7 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
         nonlocal minutes
         records = measure(config, point, n_screen, math.exp(rng.gauss(0, launch_cv)), rng)
         write_launch(workdir / "screen" / point.point_id, records)
-        minutes += job_minutes(config, screen_cells, n_screen, 1, False)
+        minutes += job_minutes(config, sbench, False)
 
     for point in points.values():
         screen(point)
@@ -225,7 +227,7 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
         screen(point)
     race = select_round(config, workdir / "screen", [], round1.to_json())
     all_points = {**points, **refined}
-    cells = len(bench["contexts"]) * len(bench["concurrency"])
+    launch_bench = {**bench, "repeats": 1}
     runs: dict[str, list[list[dict]]] = {}
     entered = len(race.survivors)
     last = bench["repeats"] - 1
@@ -235,7 +237,7 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
                               math.exp(rng.gauss(0, launch_cv)), rng)
             runs.setdefault(pid, []).append(records)
             write_launch(workdir / "confirm" / pid / f"launch-{k}", records)
-            minutes += job_minutes(config, cells, bench["requests_per_cell"], 1, k == last)
+            minutes += job_minutes(config, launch_bench, k == last)
         if k < last:
             race = race_round(config, workdir / "screen", workdir / "confirm", race.to_json(), k)
     figs = {pid: figures(config, runs[pid]) for pid in race.survivors}

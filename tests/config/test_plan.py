@@ -14,7 +14,15 @@ import pytest
 import yaml
 from conftest import copy_workflow, demo_config
 
-from ddsweep.config.plan import estimate_minutes, format_plan, plan_document, plan_points, running_points
+from ddsweep.config.plan import (
+    cell_requests,
+    cell_share,
+    estimate_minutes,
+    format_plan,
+    plan_document,
+    plan_points,
+    running_points,
+)
 from ddsweep.config.study import expand_points, validate_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,3 +154,11 @@ def test_the_workflow_schedules_only_representatives(tmp_path):
     (workdir / "all.yaml").write_text(yaml.safe_dump(config))
     scheduled = set(re.findall(r"results/points/([\w-]+)/done.json", _dry_run(workdir, "all.yaml")))
     assert {"bs8-b7-t4-w2048", "bs8-b8-t4-w2048"} <= scheduled and len(scheduled) == 11
+
+
+def test_a_cell_has_at_least_c_requests_and_its_time_counts_waves_of_c():
+    assert cell_requests(1, None) == 8 and cell_requests(16, None) == 64  # 4·C, at least 8
+    assert cell_requests(1, 8) == 8 and cell_requests(32, 8) == 32  # never fewer than C in flight at once
+    assert cell_share(1, 8, 32) == 0.25  # 8 of 32 sequential requests
+    assert cell_share(32, 8, 32) == 1.0  # one wave of 32 either way
+    assert cell_share(16, 16, None) == 0.25  # one wave of the default four

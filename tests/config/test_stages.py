@@ -7,6 +7,7 @@ from conftest import demo_config
 
 from ddsweep.config.plan import format_plan, running_points
 from ddsweep.config.stages import (
+    benchmark_cells,
     confirm_record,
     race_bound,
     refine_candidates,
@@ -22,6 +23,9 @@ def test_screen_record_runs_only_regime_cells_briefly_without_coding():
     record = screen_record(config, find_point(config, "bs8-b8-t4-w2048"))
     bench = record["benchmark"]
     assert bench["contexts"] == [128, 2048] and bench["concurrency"] == [1, 8]
+    # the demo's regime cells only: (2048, 8) is in no regime
+    assert sorted(benchmark_cells(bench)) == [(128, 1), (128, 8), (2048, 1)]
+    assert {w["name"] for w in bench["workloads"]} == {config["benchmark"]["workloads"][0]["name"]}
     assert bench["requests_per_cell"] == 3 and bench["repeats"] == 1
     assert record["coding_eval"]["enabled"] is False
 

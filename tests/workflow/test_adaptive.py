@@ -124,7 +124,7 @@ def test_changing_the_confirmation_benchmark_reruns_every_launch_and_no_screenin
     for pid in race["survivors"]:
         cells = json.loads((adaptive_run / "results" / "points" / pid / "bench" / "cells.json").read_text())["cells"]
         assert sorted({c["repeat"] for c in cells}) == [0, 1, 2], pid
-        assert {c["requests"] for c in cells} == {6}, pid
+        assert all(c["requests"] == max(6, c["concurrency"]) for c in cells), pid  # at least C per cell
 
 
 def test_the_adaptive_workflow_lints_clean():

@@ -30,8 +30,9 @@ from ddsweep import storage
 from ddsweep.bench import metrics
 from ddsweep.bench.records import RequestRecord, cell_figures, group_figures, run_request
 from ddsweep.bench.transport import _Transport, _transport
-from ddsweep.bench.workloads import Prompt, PromptBuilder, Workload, WorkloadError, cell_requests
+from ddsweep.bench.workloads import Prompt, PromptBuilder, Workload, WorkloadError
 from ddsweep.config.defaults import schema_default
+from ddsweep.config.plan import cell_requests
 
 PROGRESS_INTERVAL_S = 2.0
 

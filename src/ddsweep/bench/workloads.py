@@ -239,8 +239,3 @@ class PromptBuilder:
         if best[0] > MAX_ERROR:
             return None
         return Prompt(best[1], f"{item.label}+pad{start}" if kind != "prose" else f"corpus@{start}")
-
-
-def cell_requests(concurrency: int, configured: int | None) -> int:
-    """Measured requests per cell: the configured number, or 4·C (at least 8) so most of a cell runs at C."""
-    return configured if configured else max(8, 4 * concurrency)

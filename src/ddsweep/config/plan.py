@@ -9,6 +9,7 @@ are recorded as its aliases. `sweep.run_aliases: true` runs every point. The pla
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +77,20 @@ def plan_points(config: dict) -> list[PlannedPoint]:
 def running_points(config: dict) -> list[Point]:
     """The points whose jobs run (representatives only, unless sweep.run_aliases)."""
     return [planned.point for planned in plan_points(config) if planned.runs]
+
+
+def cell_requests(concurrency: int, configured: int | None) -> int:
+    """Measured requests per benchmark cell: the configured number, or 4·C (at least 8) so most of a cell runs at
+    C; never fewer than C, since a cell with fewer requests never has C in flight and would be labelled with a
+    concurrency it did not run at. (The benchmark's rule, here so that the plan's estimates share it.)"""
+    return max(configured, concurrency) if configured else max(8, 4 * concurrency)
+
+
+def cell_share(concurrency: int, requests: int | None, full: int | None) -> float:
+    """The time of a cell with `requests` requests per cell as a share of one with `full` (`resources.estimate`'s
+    `cell_min` is a full cell's): in waves of C requests, since up to C run at once."""
+    return math.ceil(cell_requests(concurrency, requests) / concurrency) / math.ceil(
+        cell_requests(concurrency, full) / concurrency)
 
 
 def estimate_minutes(config: dict, n_points: int) -> dict[str, float]:

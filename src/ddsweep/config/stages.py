@@ -10,11 +10,10 @@ per repeat.
 from __future__ import annotations
 
 import copy
-import statistics
 from collections.abc import Iterable, Iterator
 
 from ddsweep.config.knobs import effective_tree
-from ddsweep.config.plan import estimate_minutes, running_points, server_key
+from ddsweep.config.plan import cell_share, estimate_minutes, running_points, server_key
 from ddsweep.config.study import ConfigError, Point, _compile_constraint, _make_point, expand_points, point_record
 
 STRATEGIES = ("grid", "adaptive")
@@ -36,17 +35,30 @@ def baseline_ids(config: dict) -> list[str]:
 
 
 def screen_benchmark(config: dict) -> dict:
-    """The screening benchmark: only the regimes' contexts and concurrencies, fewer requests, one repeat."""
+    """The screening benchmark: only the regimes' cells of the primary workload (the one the regimes are measured
+    on), fewer requests, one repeat. A workload entry per regime context holds that context's regime
+    concurrencies, so no cell outside the regimes runs (a long context at a high concurrency, say)."""
     bench = copy.deepcopy(config["benchmark"])
-    regimes = config.get("analysis", {}).get("regimes", [])
-    if regimes:
-        bench["contexts"] = sorted({r["context"] for r in regimes})
-        bench["concurrency"] = sorted({r["concurrency"] for r in regimes})
+    cells: dict[int, set[int]] = {}
+    for regime in config.get("analysis", {}).get("regimes", []):
+        cells.setdefault(regime["context"], set()).add(regime["concurrency"])
+    primary = bench["workloads"][0]
+    if cells:
+        bench["contexts"] = sorted(cells)
+        bench["concurrency"] = sorted(set().union(*cells.values()))
+        bench["workloads"] = [{**primary, "contexts": [context], "concurrency": sorted(concurrency)}
+                              for context, concurrency in sorted(cells.items())]
+    else:
+        bench["workloads"] = [{**primary, "contexts": None, "concurrency": None}]
     bench["requests_per_cell"] = screen_settings(config)["requests_per_cell"]
     bench["repeats"] = 1
-    # Only the primary workload (the one the regimes are measured on), at the regimes' cells.
-    bench["workloads"] = [{**bench["workloads"][0], "contexts": None, "concurrency": None}]
     return bench
+
+
+def benchmark_cells(bench: dict) -> list[tuple[int, int]]:
+    """The (context, concurrency) cells a benchmark section runs, over its workloads, with repetition."""
+    return [(context, concurrency) for w in bench["workloads"] for context in (w.get("contexts") or bench["contexts"])
+            for concurrency in (w.get("concurrency") or bench["concurrency"])]
 
 
 def primary_workload(config: dict) -> str:
@@ -172,9 +184,8 @@ def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
     est = config["resources"]["estimate"]
     sbench = screen_benchmark(config)
     bench = config["benchmark"]
-    full = bench["requests_per_cell"] or statistics.fmean(max(8, 4 * c) for c in sbench["concurrency"])
-    scale = sbench["requests_per_cell"] / full  # cell_min is the time of a full cell
-    screen_point = est["startup_min"] + len(sbench["contexts"]) * len(sbench["concurrency"]) * est["cell_min"] * scale
+    screen_point = est["startup_min"] + sum(cell_share(c, sbench["requests_per_cell"], bench["requests_per_cell"])
+                                            for _, c in benchmark_cells(sbench)) * est["cell_min"]
     one_launch = copy.deepcopy(config)
     one_launch["benchmark"]["repeats"] = 1
     one_launch["coding_eval"] = {**config["coding_eval"], "enabled": False}

@@ -47,7 +47,7 @@ def test_a_clearly_worse_point_is_dropped_with_its_reason():
     selection = select(config, screened)
     assert "bs8-b4-t1-w2048" not in selection.survivors
     reason = selection.dropped["bs8-b4-t1-w2048"]
-    pattern = r"\u2212(\d+)% vs best at [a-z_ ]+ \(bs8-b8-t4-w2048\), 90% interval \u2212(\d+)%\u2026\u2212(\d+)%"
+    pattern = r"\u2212(\d+)% vs best at [a-z_ ]+ \(bs8-b8-t4-w2048\), band \u2212(\d+)%\u2026\u2212(\d+)% \(±1.64 se\)"
     match = re.fullmatch(pattern, reason)
     assert match, reason
     assert 10 <= int(match[1]) <= 25 and int(match[2]) > int(match[1]) > int(match[3])

@@ -3,7 +3,7 @@
 A screening run measures each point once, briefly. Its uncertainty has two parts: the standard error of the
 per-request figures within that one launch, and the variation between server launches, which one launch cannot
 show and which `sweep.screen.launch_cv` states (a relative standard deviation). Per regime and per priority, a
-point is dropped only when the interval of its relative difference to the best point lies entirely below
+point is dropped only when the band of its relative difference to the best point lies entirely below
 `sweep.screen.tolerance`; every other point survives, together with the `ar` and DFlash baselines. The same
 selection runs again after each confirmation launch but the last (a race), on every launch of each point so far,
 and there keeps at most `sweep.screen.race_keep` of the remaining points per regime and priority, the best by
@@ -65,10 +65,11 @@ class Verdict:
 
     @property
     def reason(self) -> str:
-        """A sentence such as '−18% vs best at latency (bs8-b8-t4-w2048), 90% interval −21%…−15%', with the
-        point's rank when the race's cap, not the interval, dropped it."""
+        """A sentence such as '−18% vs best at latency (bs8-b8-t4-w2048), band −21%…−15% (±1.64 se)', with the
+        point's rank when the race's cap, not the band, dropped it. The band is the selection rule's, not a
+        confidence interval: the best is chosen from the same data (docs/adaptive.md)."""
         text = (f"{_pct(self.relative)} vs best at {self.where} ({self.best}), "
-                f"{self.level:.0%} interval {_pct(self.low)}…{_pct(self.high)}")
+                f"band {_pct(self.low)}…{_pct(self.high)} (±{_z(self.level):.2f} se)")
         return text + (f"; ranked {self.rank} there, and the race keeps {self.kept}" if self.rank else "")
 
 
@@ -171,33 +172,40 @@ def _z(confidence: float) -> float:
     return statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
 
 
-def _compare(scores: dict[str, Estimate], where: str, confidence: float, dropped: dict[str, Verdict],
-             tolerance: float = 0.0, keep_at_most: int | None = None) -> str | None:
-    """Drop from `scores` every point whose two-sided `confidence` interval of the relative difference to the
-    best lies below +`tolerance` (clearly worse, or at most a near-tie), then, with `keep_at_most`, every
-    remaining point ranked below that many; returns the best point.
-    (Bonferroni-adjusted intervals gave no more correct recommendations in benchmarks/bench_adaptive.py on the
-    62-job grid, 27 vs 28 of 30, and confirmed about 1.7 times as many.)"""
+def bands(scores: dict[str, Estimate], where: str, confidence: float) -> list[Verdict]:
+    """Every point's relative difference to the best of `scores` with its band, ±z·√(se_p² + se_best²) on the log
+    scale at the two-sided normal quantile of `confidence`, best first, then by figure."""
     if not scores:
-        return None
+        return []
     z = _z(confidence)
     ranked = sorted(scores, key=lambda p: (scores[p].value, p), reverse=True)
     best, top = ranked[0], scores[ranked[0]]
-    remaining = 0
+    out = []
     for pid in ranked:
-        est = scores[pid]
-        diff = math.log(est.value / top.value)
-        se = math.hypot(est.rel_se, top.rel_se)
-        low, high = diff - z * se, diff + z * se
-        verdict = Verdict(pid, where, math.expm1(diff), math.expm1(low), math.expm1(high), best, confidence)
-        if pid != best and high < math.log1p(tolerance):
-            dropped[pid] = verdict
+        diff = math.log(scores[pid].value / top.value)
+        se = math.hypot(scores[pid].rel_se, top.rel_se)
+        out.append(Verdict(pid, where, math.expm1(diff), math.expm1(diff - z * se), math.expm1(diff + z * se),
+                           best, confidence))
+    return out
+
+
+def _compare(scores: dict[str, Estimate], where: str, confidence: float, dropped: dict[str, Verdict],
+             tolerance: float = 0.0, keep_at_most: int | None = None) -> str | None:
+    """Drop from `scores` every point whose band of the relative difference to the best lies below +`tolerance`
+    (clearly worse, or at most a near-tie), then, with `keep_at_most`, every remaining point ranked below that
+    many; returns the best point.
+    (Bonferroni-adjusted bands gave no more correct recommendations in benchmarks/bench_adaptive.py on the
+    62-job grid, 27 vs 28 of 30, and confirmed about 1.7 times as many.)"""
+    remaining = 0
+    for verdict in (ranked := bands(scores, where, confidence)):
+        if verdict.point_id != verdict.best and verdict.high < tolerance:
+            dropped[verdict.point_id] = verdict
             continue
         remaining += 1
         if keep_at_most and remaining > keep_at_most:
             verdict.rank, verdict.kept = remaining, keep_at_most
-            dropped[pid] = verdict
-    return best
+            dropped[verdict.point_id] = verdict
+    return ranked[0].best if ranked else None
 
 
 def combine(estimates: list[Estimate]) -> Estimate | None:
@@ -212,6 +220,23 @@ def combine(estimates: list[Estimate]) -> Estimate | None:
     return Estimate(value, within, estimates[0].launch / math.sqrt(n))
 
 
+def regime_scores(config: dict, launches: dict[str, list[list[dict]]]) -> dict[str, dict[str, Estimate]]:
+    """Per regime, each point's figure over its launches (higher is better: lower-is-better metrics inverted)."""
+    launch_cv = screen_settings(config)["launch_cv"]
+    out: dict[str, dict[str, Estimate]] = {}
+    for regime in config.get("analysis", {}).get("regimes", []):
+        metric, scores = regime["metric"], {}
+        for pid, runs in launches.items():
+            est = combine([e for records in runs
+                           if (e := estimate(records, metric, regime["context"], regime["concurrency"], launch_cv,
+                                             primary_workload(config))) is not None])
+            if est is not None:
+                value = 1.0 / est.value if metric in LOWER_IS_BETTER else est.value
+                scores[pid] = Estimate(value, est.within, est.launch)
+        out[regime["name"]] = scores
+    return out
+
+
 def select(config: dict, launches: dict[str, list[list[dict]]], where: str = "", race: bool = False) -> Selection:
     """Keep, per regime and priority, every point that could still be the best (in a `race` round at most
     `sweep.screen.race_keep` of them), plus the baselines. `launches` holds per point the request records of each
@@ -221,19 +246,7 @@ def select(config: dict, launches: dict[str, list[list[dict]]], where: str = "",
     (prefixed with `where`, the stage that dropped it)."""
     settings = screen_settings(config)
     keep_at_most = settings.get("race_keep") if race else None
-    regimes = config.get("analysis", {}).get("regimes", [])
-    per_regime: dict[str, dict[str, Estimate]] = {}
-    for regime in regimes:
-        metric = regime["metric"]
-        scores = {}
-        for pid, runs in launches.items():
-            est = combine([e for records in runs
-                           if (e := estimate(records, metric, regime["context"], regime["concurrency"],
-                                             settings["launch_cv"], primary_workload(config))) is not None])
-            if est is not None:
-                value = 1.0 / est.value if metric in LOWER_IS_BETTER else est.value
-                scores[pid] = Estimate(value, est.within, est.launch)
-        per_regime[regime["name"]] = scores
+    per_regime = regime_scores(config, launches)
     verdicts: dict[str, dict[str, Verdict]] = {}
     best: dict[str, str] = {}
     for name, scores in per_regime.items():

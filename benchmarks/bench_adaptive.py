@@ -42,8 +42,8 @@ from pathlib import Path
 import yaml
 
 from ddsweep.analysis.screening import estimate, race_round, select_round
-from ddsweep.config.plan import cell_requests, cell_share, running_points
-from ddsweep.config.stages import benchmark_cells, resolve_point, screen_benchmark
+from ddsweep.config.plan import benchmark_cells, cell_requests, cell_share, running_points
+from ddsweep.config.stages import resolve_point, screen_benchmark
 from ddsweep.config.study import Point, validate_config
 from ddsweep.sim.model import Knobs, ModelParams, depth_probabilities, prefill_time_s, step_time_s
 

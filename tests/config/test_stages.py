@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import demo_config
 
-from ddsweep.config.plan import format_plan, running_points
+from ddsweep.config.plan import benchmark_cells, format_plan, running_points
 from ddsweep.config.stages import (
-    benchmark_cells,
     confirm_record,
     race_bound,
     refine_candidates,

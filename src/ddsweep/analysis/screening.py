@@ -196,8 +196,9 @@ def _compare(scores: dict[str, Estimate], where: str, confidence: float, dropped
     many; returns the best point.
     (Bonferroni-adjusted bands gave no more correct recommendations in benchmarks/bench_adaptive.py on the
     62-job grid, 27 vs 28 of 30, and confirmed about 1.7 times as many.)"""
+    ranked = bands(scores, where, confidence)
     remaining = 0
-    for verdict in (ranked := bands(scores, where, confidence)):
+    for verdict in ranked:
         if verdict.point_id != verdict.best and verdict.high < tolerance:
             dropped[verdict.point_id] = verdict
             continue

@@ -79,6 +79,12 @@ def running_points(config: dict) -> list[Point]:
     return [planned.point for planned in plan_points(config) if planned.runs]
 
 
+def benchmark_cells(bench: dict) -> list[tuple[int, int]]:
+    """The (context, concurrency) cells a benchmark section runs, over its workloads, with repetition."""
+    return [(context, concurrency) for w in bench["workloads"] for context in (w.get("contexts") or bench["contexts"])
+            for concurrency in (w.get("concurrency") or bench["concurrency"])]
+
+
 def cell_requests(concurrency: int, configured: int | None) -> int:
     """Measured requests per benchmark cell: the configured number, or 4·C (at least 8) so most of a cell runs at
     C; never fewer than C, since a cell with fewer requests never has C in flight and would be labelled with a
@@ -97,8 +103,7 @@ def estimate_minutes(config: dict, n_points: int) -> dict[str, float]:
     """GPU-time estimate for `n_points` jobs from the configured startup and per-cell times."""
     est = config["resources"]["estimate"]
     bench = config["benchmark"]
-    cells = sum(len(w.get("contexts") or bench["contexts"]) * len(w.get("concurrency") or bench["concurrency"])
-                for w in bench["workloads"]) * bench["repeats"]
+    cells = len(benchmark_cells(bench)) * bench["repeats"]
     coding = est["coding_min"] if config["coding_eval"]["enabled"] else 0.0
     per_point = est["startup_min"] + cells * est["cell_min"] + coding
     gpus = config["resources"]["gpus"]

@@ -13,7 +13,7 @@ import copy
 from collections.abc import Iterable, Iterator
 
 from ddsweep.config.knobs import effective_tree
-from ddsweep.config.plan import cell_share, estimate_minutes, running_points, server_key
+from ddsweep.config.plan import benchmark_cells, cell_share, estimate_minutes, running_points, server_key
 from ddsweep.config.study import ConfigError, Point, _compile_constraint, _make_point, expand_points, point_record
 
 STRATEGIES = ("grid", "adaptive")
@@ -53,12 +53,6 @@ def screen_benchmark(config: dict) -> dict:
     bench["requests_per_cell"] = screen_settings(config)["requests_per_cell"]
     bench["repeats"] = 1
     return bench
-
-
-def benchmark_cells(bench: dict) -> list[tuple[int, int]]:
-    """The (context, concurrency) cells a benchmark section runs, over its workloads, with repetition."""
-    return [(context, concurrency) for w in bench["workloads"] for context in (w.get("contexts") or bench["contexts"])
-            for concurrency in (w.get("concurrency") or bench["concurrency"])]
 
 
 def primary_workload(config: dict) -> str:
@@ -197,13 +191,15 @@ def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
     expected_survivors = min(n, n_base + fraction * (n - n_base))
     in_race = race_bound(config)
 
+    launches = confirm_launches(config)
+
     def confirm_min(entering: float) -> float:
         """Every entering point runs the first launch; the race's cap bounds who runs the later ones and the
         coding eval in the last."""
-        later = entering if in_race is None else min(entering, in_race)
-        if confirm_launches(config) <= 1:
+        if launches <= 1:
             return entering * (launch_min + coding)
-        return entering * launch_min + later * ((confirm_launches(config) - 1) * launch_min + coding)
+        later = entering if in_race is None else min(entering, in_race)
+        return entering * launch_min + later * ((launches - 1) * launch_min + coding)
 
     grid = estimate_minutes(config, n)["total_min"]
     return {

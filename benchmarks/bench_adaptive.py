@@ -24,7 +24,7 @@ each strategy actually ran, as `ddsweep plan` counts it: every workload's cells,
 than a full one in waves of C requests (`ddsweep.config.plan.cell_share`).
 
 Usage: python benchmarks/bench_adaptive.py [--seeds 10] [--launch-cv 0.04] [--assumed-cv 0.04] [--margin 0.02]
-       [--refine-step 2] [--confidence 0.9] [--race-keep 2] [--budgets 4,8,12,16]
+       [--refine-step 2] [--confidence 0.9] [--race-keep 2] [--settle-launches 3] [--budgets 4,8,12,16]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import yaml
 
 from ddsweep.analysis.screening import estimate, race_round, select_round
 from ddsweep.config.plan import benchmark_cells, cell_requests, cell_share, running_points
-from ddsweep.config.stages import resolve_point, screen_benchmark
+from ddsweep.config.stages import regime_benchmark, resolve_point, screen_benchmark, settle_launches
 from ddsweep.config.study import Point, validate_config
 from ddsweep.sim.model import Knobs, ModelParams, depth_probabilities, prefill_time_s, step_time_s
 
@@ -52,9 +52,10 @@ PARAMS = ModelParams()
 
 
 def study(assumed_cv: float, refine_step: int, confidence: float | None = None, race_keep: int | None = None,
-          budgets: list[int] | None = None) -> dict:
+          budgets: list[int] | None = None, settle: int | None = None) -> dict:
     """The default study as an adaptive one, refining the budget in steps of `refine_step` (0: no refinement);
-    `confidence`, `race_keep` (0: no cap) and the grid's `budgets` override the defaults when given."""
+    `confidence`, `race_keep` (0: no cap), the grid's `budgets` and `settle` (the most settling launches)
+    override the defaults when given."""
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     config["benchmark"]["requests_per_cell"] = 32  # fixed, so the cost model's cell time has one meaning
     if budgets:
@@ -64,6 +65,8 @@ def study(assumed_cv: float, refine_step: int, confidence: float | None = None, 
         screen["confidence"] = confidence
     if race_keep is not None:
         screen["race_keep"] = race_keep or None
+    if settle is not None:
+        screen["settle_launches"] = settle
     config["sweep"].update({"strategy": "adaptive", "refine": {"budget": refine_step} if refine_step else {},
                             "screen": screen})
     return validate_config(config)
@@ -240,8 +243,22 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
             minutes += job_minutes(config, launch_bench, k == last)
         if k < last:
             race = race_round(config, workdir / "screen", workdir / "confirm", race.to_json(), k)
+    settle_bench, settled, k = regime_benchmark(config), 0, last
+    while settle_launches(config):  # the settling rounds: the unsettled leaders and rivals run the regime cells
+        race = race_round(config, workdir / "screen", workdir / "confirm", race.to_json(), k)
+        if not race.settle:
+            break
+        k += 1
+        for pid in race.settle:
+            records = measure(config, all_points[pid], bench["requests_per_cell"],
+                              math.exp(rng.gauss(0, launch_cv)), rng)
+            runs[pid].append(records)
+            write_launch(workdir / "confirm" / pid / f"launch-{k}", records)
+            minutes += job_minutes(config, settle_bench, False)
+            settled += 1
     figs = {pid: figures(config, runs[pid]) for pid in race.survivors}
-    funnel = {"screened": len(points), "refined": len(refined), "confirmed": f"{entered}→{len(race.survivors)}"}
+    funnel = {"screened": len(points), "refined": len(refined), "confirmed": f"{entered}→{len(race.survivors)}",
+              "settling": settled}
     return recommend(config, figs), minutes, funnel
 
 
@@ -256,10 +273,13 @@ def main() -> int:
     parser.add_argument("--refine-step", type=int, default=2, help="sweep.refine budget step (0: no refinement)")
     parser.add_argument("--confidence", type=float, help="sweep.screen.confidence (default: the schema's)")
     parser.add_argument("--race-keep", type=int, help="sweep.screen.race_keep (default: the schema's; 0: no cap)")
+    parser.add_argument("--settle-launches", type=int,
+                        help="sweep.screen.settle_launches (default: the schema's; 0: no settling)")
     parser.add_argument("--budgets", type=lambda text: [int(b) for b in text.split(",")],
                         help="the grid's budgets, comma-separated (default: config/config.yaml's 4,8,12,16)")
     args = parser.parse_args()
-    config = study(args.assumed_cv, args.refine_step, args.confidence, args.race_keep, args.budgets)
+    config = study(args.assumed_cv, args.refine_step, args.confidence, args.race_keep, args.budgets,
+                   args.settle_launches)
     grid_points = running_points(config)  # the points the workflow runs: one per alias group
 
     def truth(name: str, pick: str) -> float:
@@ -269,7 +289,7 @@ def main() -> int:
     priorities = list(config["analysis"]["priorities"])
     print(f"SIMULATED (stand-in model); {len(grid_points)} grid points that run, launch_cv {args.launch_cv}, assumed "
           f"{args.assumed_cv}, margin {args.margin:.0%}, refine budget step {args.refine_step or 'none'}")
-    print("| seed | grid job-h | adaptive job-h | ratio | screened / refined / confirmed | "
+    print("| seed | grid job-h | adaptive job-h | ratio | screened / refined / confirmed / settling launches | "
           + " | ".join(f"{p} grid / adaptive" for p in priorities) + " |")
     print("|---" * (5 + len(priorities)) + "|")
     started = time.perf_counter()
@@ -298,11 +318,12 @@ def main() -> int:
         totals["grid"] += grid_min
         totals["adaptive"] += ad_min
         print(f"| {seed} | {grid_min / 60:.1f} | {ad_min / 60:.1f} | {ad_min / grid_min:.0%} | "
-              f"{funnel['screened']} / {funnel['refined']} / {funnel['confirmed']} | " + " | ".join(cells) + " |")
+              f"{funnel['screened']} / {funnel['refined']} / {funnel['confirmed']} / {funnel['settling']} | "
+              + " | ".join(cells) + " |")
     print(f"\ncorrect recommendations: grid {totals['grid_ok']}/{totals['grid_n']}, adaptive "
           f"{totals['adaptive_ok']}/{totals['grid_n']} (adaptive correct where grid is: "
           f"{totals['adaptive_ok_where_grid']}/{totals['grid_ok']}); adaptive job time "
-          f"{totals['adaptive'] / totals['grid']:.0%} of the grid's; {time.perf_counter() - started:.0f} s")
+          f"{totals['adaptive'] / totals['grid']:.1%} of the grid's; {time.perf_counter() - started:.0f} s")
     return 0
 
 

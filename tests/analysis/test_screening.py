@@ -18,6 +18,7 @@ from ddsweep.analysis.screening import (
     render_funnel,
     select,
     select_round,
+    settle_round,
 )
 
 ADAPTIVE = {"sweep": {"strategy": "adaptive", "screen": {"launch_cv": 0.02}}}
@@ -138,6 +139,64 @@ def test_the_race_keeps_at_most_race_keep_plausible_points_but_the_screening_kee
     assert reason.startswith("after confirmation launch 1: \u2212")
     assert reason.endswith("ranked 4 there, and the race keeps 2"), reason
     assert capped["dropped"]["bs8-b4-t1-w2048"].endswith("ranked 3 there, and the race keeps 2")
+
+
+
+def _settling(tmp_path: Path, speeds: dict[str, list[float]], **screen) -> tuple[dict, Path]:
+    """A confirmed set (demo study, 3 configured launches) whose points' confirmation launches run at `speeds`
+    (one speed per launch), and the record of the race before the last configured launch."""
+    confirm = tmp_path / "confirm"
+    for pid, per_launch in speeds.items():
+        for k, speed in enumerate(per_launch):
+            _write_screen(confirm / pid, f"launch-{k}", requests(speed, seed=k))
+    config = demo_config(sweep={"strategy": "adaptive", "screen": {"launch_cv": 0.03, **screen}})
+    previous = {"screened": list(speeds), "survivors": list(speeds), "dropped": {}, "best": {}, "refine": [],
+                "failed": [], "rounds": [{"stage": "confirm launch 2", "entered": 3, "kept": 3}]}
+    return config, previous
+
+
+def test_settling_sends_the_leader_and_its_close_rival_to_further_launches_until_settled(tmp_path):
+    close = {"bs8-b8-t4-w2048": [100, 100, 100], "bs8-b8-t1-w2048": [99, 99, 99], "ar": [40, 40, 40]}
+    config, previous = _settling(tmp_path, close)
+    after_third = settle_round(config, tmp_path / "confirm", previous, 2)
+    # 1% apart with three launches at launch_cv 0.03: the rival could still be more than 2% better; the baseline,
+    # far behind, is settled and launches no more.
+    assert after_third.settle == ["bs8-b8-t4-w2048", "bs8-b8-t1-w2048"]
+    assert after_third.survivors == list(close)  # settling drops no confirmed point
+    assert after_third.rounds[-1] == {"stage": "settle after launch 3", "entered": 3, "kept": 2}
+    assert after_third.extra_launches == {}
+    for pid in after_third.settle:  # the settling launch (launch 3) puts the rival 10% behind
+        _write_screen(tmp_path / "confirm" / pid, "launch-3", requests(100 if pid == "bs8-b8-t4-w2048" else 60))
+    after_fourth = settle_round(config, tmp_path / "confirm", after_third.to_json(), 3)
+    assert after_fourth.extra_launches == {"bs8-b8-t4-w2048": [3], "bs8-b8-t1-w2048": [3]}
+    assert after_fourth.to_json()["settle"] == []
+
+
+def test_settling_stops_after_settle_launches_and_counts_only_the_launches_a_point_ran(tmp_path):
+    close = {"bs8-b8-t4-w2048": [100] * 3, "bs8-b8-t1-w2048": [99] * 3, "bs8-b4-t1-w2048": [97] * 3,
+             "ar": [40] * 3}
+    config, previous = _settling(tmp_path, close, settle_launches=1)
+    # left from another study: bs8-b4-t1-w2048 ranks third, so race_keep 2 gives it no settling launch
+    _write_screen(tmp_path / "confirm" / "bs8-b4-t1-w2048", "launch-3", requests(1500))
+    after_third = settle_round(config, tmp_path / "confirm", previous, 2)
+    assert after_third.settle == ["bs8-b8-t4-w2048", "bs8-b8-t1-w2048"]
+    for pid in after_third.settle:
+        _write_screen(tmp_path / "confirm" / pid, "launch-3", requests(100))
+    last = settle_round(config, tmp_path / "confirm", after_third.to_json(), 3)
+    assert last.settle == []  # still unsettled, but the one settling launch has run
+    assert set(last.extra_launches) == {"bs8-b8-t4-w2048", "bs8-b8-t1-w2048"}
+    assert last.best["priority:latency_first"] == "bs8-b8-t4-w2048"  # the stale 1500 tok/s launch is ignored
+    assert settle_round(demo_config(sweep={"strategy": "adaptive", "screen": {"settle_launches": 0}}),
+                        tmp_path / "confirm", previous, 2).settle == []
+
+
+def test_settling_keeps_at_most_race_keep_points_per_priority(tmp_path):
+    close = {"bs8-b8-t4-w2048": [100] * 3, "bs8-b8-t1-w2048": [99.5] * 3, "bs8-b4-t1-w2048": [99] * 3}
+    config, previous = _settling(tmp_path, close, race_keep=None)
+    assert len(settle_round(config, tmp_path / "confirm", previous, 2).settle) == 3
+    config, previous = _settling(tmp_path / "capped", close, race_keep=2)
+    assert settle_round(config, tmp_path / "capped" / "confirm", previous, 2).settle == ["bs8-b8-t4-w2048",
+                                                                                          "bs8-b8-t1-w2048"]
 
 
 def test_refinement_is_around_the_best_points_or_every_survivor(tmp_path):

@@ -8,6 +8,8 @@
 #    (results/confirm/<id>/launch-<k>/); after launch k of every point still in the race, checkpoint
 #    confirm_race (results/confirm/race-<k>.json) drops the points that can no longer be the best, and launch
 #    k+1 runs for the others, so launches interleave across points; the coding eval runs in the last launch;
+#    after it, settling rounds (the same checkpoint) send each priority's leader and its unsettled rivals to
+#    up to sweep.screen.settle_launches further launches of the regime cells;
 #    confirm_merge joins a point's launches into results/points/<id>/, the layout `ddsweep summarize` reads;
 #    funnel records the points and GPU time of each stage.
 # Stage results live in their own directories: changing the analysis or the confirmation reruns no screening.
@@ -24,7 +26,7 @@ localrules:
 
 wildcard_constraints:
     apoint=r"[A-Za-z0-9_.-]+",
-    launch="|".join(str(k) for k in range(LAUNCHES)),
+    launch="|".join(str(k) for k in range(LAUNCHES + SETTLE)),
 
 
 rule screen_point:
@@ -125,10 +127,7 @@ checkpoint confirm_race:
 
 rule confirm_merge:
     input:
-        expand(
-            "results/confirm/{{apoint}}/launch-{launch}/done.json",
-            launch=range(LAUNCHES),
-        ),
+        point_launch_files,
     output:
         done="results/points/{apoint}/done.json",
     log:

@@ -1,9 +1,16 @@
 # Functions of the adaptive study's rules (workflow/rules/adaptive.smk; docs/adaptive.md).
 from pathlib import Path
 
-from ddsweep.config.stages import confirm_launches, confirm_record, resolve_point, screen_record
+from ddsweep.config.stages import (
+    confirm_launches,
+    confirm_record,
+    resolve_point,
+    screen_record,
+    settle_launches,
+)
 
 LAUNCHES = confirm_launches(STUDY)
+SETTLE = settle_launches(STUDY)
 
 
 def adaptive_point(wildcards):
@@ -24,11 +31,12 @@ def refined_screen_files(wildcards):
 
 def race_points(launch):
     """The points that run confirmation launch LAUNCH: the final selection's survivors for launch 0, then the
-    survivors of the race after the previous launch (checkpoint confirm_race)."""
+    survivors of the race after the previous launch (checkpoint confirm_race); for a settling launch (after
+    the configured ones), the points the previous round left unsettled."""
     if launch == 0:
         return json.loads(Path(checkpoints.screen_final.get().output[0]).read_text())["survivors"]
-    race = checkpoints.confirm_race.get(launch=str(launch - 1)).output[0]
-    return json.loads(Path(race).read_text())["survivors"]
+    race = json.loads(Path(checkpoints.confirm_race.get(launch=str(launch - 1)).output[0]).read_text())
+    return race["survivors"] if launch < LAUNCHES else race["settle"]
 
 
 def confirmed_points():
@@ -42,10 +50,25 @@ def confirmed_done_files(wildcards):
 
 
 def final_selection(wildcards):
-    """The last selection record: the race after the second-to-last launch, or the screening's selection."""
+    """The last selection record: with settling, the round after the last launch that ran; without, the race
+    after the second-to-last launch, or the screening's selection."""
+    if SETTLE:
+        last = LAUNCHES - 1
+        while last + 1 < LAUNCHES + SETTLE and race_points(last + 1):
+            last += 1
+        return checkpoints.confirm_race.get(launch=str(last)).output[0]
     if LAUNCHES > 1:
         return f"results/confirm/race-{LAUNCHES - 2}.json"
     return "results/screen/selection.json"
+
+
+def point_launch_files(wildcards):
+    """A confirmed point's launch markers: the configured launches and the settling launches it ran."""
+    launches = list(range(LAUNCHES))
+    if SETTLE:
+        final = json.loads(Path(final_selection(wildcards)).read_text())
+        launches += final["extra_launches"].get(wildcards.apoint, [])
+    return expand("results/confirm/{apoint}/launch-{k}/done.json", apoint=wildcards.apoint, k=launches)
 
 
 def race_inputs(wildcards):

@@ -24,10 +24,12 @@ import yaml
 
 from ddsweep.config.stages import (
     baseline_ids,
+    confirm_launches,
     primary_workload,
     refine_candidates,
     screen_ids,
     screen_settings,
+    settle_launches,
 )
 from ddsweep.storage import write_json_atomic, write_text_atomic
 
@@ -84,11 +86,17 @@ class Selection:
     refine: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     rounds: list[dict] = field(default_factory=list)
+    settle: list[str] | None = None
+    extra_launches: dict[str, list[int]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        """The record written to results/screen/*.json and results/confirm/race-*.json (docs/results-schema.md)."""
-        return {"screened": self.screened, "survivors": self.survivors, "dropped": self.dropped,
-                "best": self.best, "refine": self.refine, "failed": self.failed, "rounds": self.rounds}
+        """The record written to results/screen/*.json and results/confirm/race-*.json (docs/results-schema.md);
+        a settling round's also lists `settle` and `extra_launches`."""
+        record = {"screened": self.screened, "survivors": self.survivors, "dropped": self.dropped,
+                  "best": self.best, "refine": self.refine, "failed": self.failed, "rounds": self.rounds}
+        if self.settle is not None:
+            record.update(settle=self.settle, extra_launches=self.extra_launches)
+        return record
 
 
 def _pct(x: float) -> str:
@@ -238,6 +246,28 @@ def regime_scores(config: dict, launches: dict[str, list[list[dict]]]) -> dict[s
     return out
 
 
+def priority_scores(config: dict, per_regime: dict[str, dict[str, Estimate]]) -> dict[str, dict[str, Estimate]]:
+    """Per priority, each point's weighted mean of its regime figures normalised by the regime's best (the points
+    measured in every regime the priority weighs)."""
+    out = {}
+    for name, weights in config.get("analysis", {}).get("priorities", {}).items():
+        used = {r: w for r, w in weights.items() if w > 0 and per_regime.get(r)}
+        if not used:
+            continue
+        tops = {r: max(e.value for e in per_regime[r].values()) for r in used}
+        total = sum(used.values())
+        common = set.intersection(*(set(per_regime[r]) for r in used))
+        scores = {}
+        for pid in common:
+            parts = [(w / total * per_regime[r][pid].value / tops[r], per_regime[r][pid]) for r, w in used.items()]
+            value = sum(p for p, _ in parts)
+            within = math.sqrt(sum((p * e.within) ** 2 for p, e in parts)) / value
+            launch = sum(p * e.launch for p, e in parts) / value  # one launch: the same factor in every regime
+            scores[pid] = Estimate(value, within, launch)
+        out[name] = scores
+    return out
+
+
 def select(config: dict, launches: dict[str, list[list[dict]]], where: str = "", race: bool = False) -> Selection:
     """Keep, per regime and priority, every point that could still be the best (in a `race` round at most
     `sweep.screen.race_keep` of them), plus the baselines. `launches` holds per point the request records of each
@@ -256,20 +286,7 @@ def select(config: dict, launches: dict[str, list[list[dict]]], where: str = "",
         if top:
             best[f"regime:{name}"] = top
         verdicts[f"regime:{name}"] = dropped
-    for name, weights in config.get("analysis", {}).get("priorities", {}).items():
-        used = {r: w for r, w in weights.items() if w > 0 and per_regime.get(r)}
-        if not used:
-            continue
-        tops = {r: max(e.value for e in per_regime[r].values()) for r in used}
-        total = sum(used.values())
-        common = set.intersection(*(set(per_regime[r]) for r in used))
-        scores = {}
-        for pid in common:
-            parts = [(w / total * per_regime[r][pid].value / tops[r], per_regime[r][pid]) for r, w in used.items()]
-            value = sum(p for p, _ in parts)
-            within = math.sqrt(sum((p * e.within) ** 2 for p, e in parts)) / value
-            launch = sum(p * e.launch for p, e in parts) / value  # one launch: the same factor in every regime
-            scores[pid] = Estimate(value, within, launch)
+    for name, scores in priority_scores(config, per_regime).items():
         dropped = {}
         top = _compare(scores, f"priority {name}", settings["confidence"], dropped, settings["tolerance"],
                        keep_at_most)
@@ -321,7 +338,10 @@ def _carry_over(previous: dict, selection: Selection, stage: dict) -> None:
 def race_round(config: dict, screen_dir: Path, confirm_dir: Path, previous: dict, launch: int) -> Selection:
     """The selection after confirmation launch LAUNCH (0-based) of the points still in the race (`previous`'s
     survivors): each point's screening launch and its confirmation launches 0..LAUNCH count as launches. A point
-    none of whose launches completed stays in (its merged result records the failure); the baselines always stay."""
+    none of whose launches completed stays in (its merged result records the failure); the baselines always stay.
+    From the last configured launch on, the round settles the priorities' picks instead (`settle_round`)."""
+    if launch >= confirm_launches(config) - 1:
+        return settle_round(config, confirm_dir, previous, launch)
     candidates = list(previous["survivors"])
     launches: dict[str, list[list[dict]]] = {}
     for pid in candidates:
@@ -333,6 +353,43 @@ def race_round(config: dict, screen_dir: Path, confirm_dir: Path, previous: dict
     selection.screened = []  # the race screens nothing new
     _carry_over(previous, selection, {"stage": f"confirm launch {launch + 1}", "entered": len(candidates),
                                       "kept": len(selection.survivors)})
+    return selection
+
+
+def settle_round(config: dict, confirm_dir: Path, previous: dict, launch: int) -> Selection:
+    """After confirmation launch LAUNCH (the last configured one or a settling launch): per priority, over the
+    confirmed points' confirmation launches, the leader and the rivals whose band of their difference to it reaches
+    `analysis.equivalence_margin` (they could beat it by more than the margin) run one more settling launch, at
+    most `sweep.screen.race_keep` of them per priority, until none is unsettled or `sweep.screen.settle_launches`
+    have run. The confirmed points do not change; the record lists the next launch's points (`settle`) and the
+    settling launches each point ran (`extra_launches`)."""
+    configured, settings = confirm_launches(config), screen_settings(config)
+    extra = {pid: list(ks) for pid, ks in previous.get("extra_launches", {}).items()}
+    if launch >= configured:
+        for pid in previous.get("settle", []):
+            extra.setdefault(pid, []).append(launch)
+    confirmed = list(previous["survivors"])
+    launches = {pid: [records for k in [*range(configured), *extra.get(pid, [])]
+                      if (records := load_launch(Path(confirm_dir) / pid / f"launch-{k}"))]
+                for pid in confirmed}
+    measured = {pid: runs for pid, runs in launches.items() if runs}
+    margin = float(config.get("analysis", {}).get("equivalence_margin", 0.02))
+    keep = settings.get("race_keep")
+    unsettled: dict[str, None] = {}
+    best = dict(previous.get("best", {}))
+    for name, scores in priority_scores(config, regime_scores(config, measured)).items():
+        ranked = bands(scores, f"priority {name}", settings["confidence"])
+        if not ranked:
+            continue
+        best[f"priority:{name}"] = ranked[0].point_id
+        rivals = [v.point_id for v in ranked[1:] if v.high >= margin][:keep - 1 if keep else None]
+        if rivals:
+            unsettled.update(dict.fromkeys([ranked[0].point_id, *rivals]))
+    settle = list(unsettled) if launch + 1 < configured + settle_launches(config) else []
+    selection = Selection(screened=[], survivors=confirmed, dropped={}, best=best)
+    _carry_over(previous, selection, {"stage": f"settle after launch {launch + 1}", "entered": len(confirmed),
+                                      "kept": len(settle)})
+    selection.settle, selection.extra_launches = settle, extra
     return selection
 
 
@@ -354,18 +411,23 @@ def funnel(selection: dict, screen_dir: Path, confirm_dir: Path, gpus: int) -> d
     grid_screened = [p for p in selection["screened"] if p not in refine]
     screen_files = [screen_dir / p / n for p in grid_screened for n in ("status.json", "failure.json")]
     refine_files = [screen_dir / p / n for p in refine for n in ("status.json", "failure.json")]
-    confirm_files = [f for f in sorted(confirm_dir.glob("*/launch-*/*.json"))
-                     if f.name in ("status.json", "failure.json")]
+    settling = {confirm_dir / pid / f"launch-{k}" for pid, ks in selection.get("extra_launches", {}).items()
+                for k in ks}
+    launch_files = [f for f in sorted(confirm_dir.glob("*/launch-*/*.json"))
+                    if f.name in ("status.json", "failure.json")]
+    confirm_files = [f for f in launch_files if f.parent not in settling]
     races = [r for r in selection.get("rounds", []) if r["stage"].startswith("confirm")]
     entered_confirm = races[0]["entered"] if races else len(selection["survivors"])
     minutes = {"screen": _status_minutes([f for f in screen_files if f.exists()]),
                "refine": _status_minutes([f for f in refine_files if f.exists()]),
-               "confirm": _status_minutes(confirm_files)}
+               "confirm": _status_minutes(confirm_files),
+               "settle": _status_minutes([f for f in launch_files if f.parent in settling])}
     return {
         "stages": {
             "screen": {"points": len(grid_screened), "job_min": minutes["screen"]},
             "refine": {"points": len(refine), "job_min": minutes["refine"]},
             "confirm": {"points": entered_confirm, "job_min": minutes["confirm"]},
+            "settle": {"points": len(selection.get("extra_launches", {})), "job_min": minutes["settle"]},
         },
         "rounds": selection.get("rounds", []),
         "gpus_per_job": gpus,

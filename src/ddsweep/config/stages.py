@@ -34,10 +34,11 @@ def baseline_ids(config: dict) -> list[str]:
     return [p.point_id for p in expand_points(config) if p.kind in ("ar", "dflash")]
 
 
-def screen_benchmark(config: dict) -> dict:
-    """The screening benchmark: only the regimes' cells of the primary workload (the one the regimes are measured
-    on), fewer requests, one repeat. A workload entry per regime context holds that context's regime
-    concurrencies, so no cell outside the regimes runs (a long context at a high concurrency, say)."""
+def regime_benchmark(config: dict) -> dict:
+    """The benchmark of the regimes' cells only, on the primary workload (the one the regimes are measured on),
+    with the configured requests per cell and one repeat. A workload entry per regime context holds that
+    context's regime concurrencies, so no cell outside the regimes runs (a long context at a high concurrency,
+    say). The settling launches run it as it is; the screening with fewer requests."""
     bench = copy.deepcopy(config["benchmark"])
     cells: dict[int, set[int]] = {}
     for regime in config.get("analysis", {}).get("regimes", []):
@@ -50,9 +51,13 @@ def screen_benchmark(config: dict) -> dict:
                               for context, concurrency in sorted(cells.items())]
     else:
         bench["workloads"] = [{**primary, "contexts": None, "concurrency": None}]
-    bench["requests_per_cell"] = screen_settings(config)["requests_per_cell"]
     bench["repeats"] = 1
     return bench
+
+
+def screen_benchmark(config: dict) -> dict:
+    """The screening benchmark: the regimes' cells (`regime_benchmark`) with `sweep.screen.requests_per_cell`."""
+    return {**regime_benchmark(config), "requests_per_cell": screen_settings(config)["requests_per_cell"]}
 
 
 def primary_workload(config: dict) -> str:
@@ -71,12 +76,15 @@ def screen_record(config: dict, point: Point) -> dict:
 
 def confirm_record(config: dict, point: Point, launch: int) -> dict:
     """The run-point record of confirmation launch `launch`: one repeat per launch; the coding eval in the last
-    launch, which only the points still in the race after the earlier launches reach."""
+    configured launch, which only the points still in the race after the earlier launches reach. A settling
+    launch (after the configured ones) runs the regime cells only (`regime_benchmark`), with no coding eval."""
     record = point_record(config, point)
-    record["benchmark"] = {**record["benchmark"], "repeats": 1}
-    if launch != confirm_launches(config) - 1:
+    configured = confirm_launches(config)
+    record["benchmark"] = (regime_benchmark(config) if launch >= configured
+                           else {**record["benchmark"], "repeats": 1})
+    if launch != configured - 1:
         record["coding_eval"] = {**record["coding_eval"], "enabled": False}
-    record["stage"] = "confirm"
+    record["stage"] = "confirm" if launch < configured else "settle"
     record["launch"] = launch
     return record
 
@@ -84,6 +92,11 @@ def confirm_record(config: dict, point: Point, launch: int) -> dict:
 def confirm_launches(config: dict) -> int:
     """Fresh server launches per confirmed point: the configured benchmark repeats."""
     return int(config["benchmark"].get("repeats", 3))
+
+
+def settle_launches(config: dict) -> int:
+    """Most settling launches after the configured ones (`sweep.screen.settle_launches`)."""
+    return int(screen_settings(config).get("settle_launches") or 0)
 
 
 def _allowed(config: dict, point: Point) -> bool:

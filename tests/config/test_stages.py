@@ -103,3 +103,18 @@ def test_every_refinement_point_a_selection_can_list_resolves_to_itself():
             assert resolve_point(config, candidate.point_id) == candidate
             listed += 1
     assert listed > len(refine_candidates(config, [p.point_id for p in running_points(config)]))
+
+
+def test_the_plan_bounds_settling_by_race_keep_per_priority_and_settle_launches():
+    def settle(**screen) -> dict:
+        config = demo_config(sweep={"strategy": "adaptive", "screen": screen})
+        return stage_estimates(config)["settle"]
+
+    default, none, one = settle(), settle(settle_launches=0), settle(settle_launches=1)
+    assert default["points"] == 2 * 3  # race_keep 2 for each of the demo's 3 priorities
+    assert none["worst_min"] == 0 < one["worst_min"]
+    assert default["worst_min"] == pytest.approx(3 * one["worst_min"])
+    assert settle(race_keep=None)["points"] == stage_estimates(demo_config(
+        sweep={"strategy": "adaptive"}))["confirm"]["points"]  # without the cap, every point may settle
+    assert "settling: at most 3 launch(es) of the regime cells for at most 6 points" in format_plan(
+        demo_config(sweep={"strategy": "adaptive"}))

@@ -17,6 +17,7 @@ from ddsweep.config.plan import benchmark_cells, cell_share, estimate_minutes, r
 from ddsweep.config.study import ConfigError, Point, _compile_constraint, _make_point, expand_points, point_record
 
 STRATEGIES = ("grid", "adaptive")
+STAGES = ("screen", "refine", "confirm", "settle")  # the adaptive stages, in order
 
 
 def is_adaptive(config: dict) -> bool:
@@ -191,8 +192,12 @@ def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
     est = config["resources"]["estimate"]
     sbench = screen_benchmark(config)
     bench = config["benchmark"]
-    screen_point = est["startup_min"] + sum(cell_share(c, sbench["requests_per_cell"], bench["requests_per_cell"])
-                                            for _, c in benchmark_cells(sbench)) * est["cell_min"]
+    def regime_job(requests: int | None) -> float:
+        """Minutes of one job of the regime cells at `requests` per cell."""
+        return est["startup_min"] + sum(cell_share(c, requests, bench["requests_per_cell"])
+                                        for _, c in benchmark_cells(sbench)) * est["cell_min"]
+
+    screen_point = regime_job(sbench["requests_per_cell"])
     one_launch = copy.deepcopy(config)
     one_launch["benchmark"]["repeats"] = 1
     one_launch["coding_eval"] = {**config["coding_eval"], "enabled": False}
@@ -214,6 +219,10 @@ def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
         later = entering if in_race is None else min(entering, in_race)
         return entering * launch_min + later * ((launches - 1) * launch_min + coding)
 
+    keep = screen_cfg.get("race_keep")
+    settling = min(n + n_refine, keep * len(config.get("analysis", {}).get("priorities", {})) if keep
+                   else n + n_refine)
+    settle_min = settle_launches(config) * settling * regime_job(bench["requests_per_cell"])
     grid = estimate_minutes(config, n)["total_min"]
     return {
         "grid": {"points": n, "worst_min": grid, "expected_min": grid},
@@ -222,6 +231,7 @@ def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
                    "expected_min": fraction * n_refine * screen_point},
         "confirm": {"points": n + n_refine, "worst_min": confirm_min(n + n_refine),
                     "expected_min": confirm_min(expected_survivors + fraction * fraction * n_refine)},
+        "settle": {"points": settling, "worst_min": settle_min, "expected_min": settle_min},
     }
 
 
@@ -251,13 +261,15 @@ def format_stage_plan(config: dict) -> list[str]:
     race = (f"of the points entering the confirmation, at most {bound} run the later confirmation launches "
             "(sweep.screen.race_keep per regime and priority, plus the baselines)" if bound is not None
             else "every point entering the confirmation may run every confirmation launch")
+    settle = (f"settling: at most {settle_launches(config)} launch(es) of the regime cells for at most "
+              f"{stages['settle']['points']} points, counted at that bound in both columns")
     lines = ["", f"adaptive strategy (expected: {fraction:.0%} of the non-baseline points survive the screening)",
-             race, f"{'stage':<10} {'points':>7}  {'worst case':>25}  {'expected':>25}"]
-    for name in ("screen", "refine", "confirm"):
+             race, settle, f"{'stage':<10} {'points':>7}  {'worst case':>25}  {'expected':>25}"]
+    for name in STAGES:
         s = stages[name]
         lines.append(f"{name:<10} {s['points']:>7}  {hours(s['worst_min']):>25}  {hours(s['expected_min']):>25}")
-    worst = sum(stages[s]["worst_min"] for s in ("screen", "refine", "confirm"))
-    expected = sum(stages[s]["expected_min"] for s in ("screen", "refine", "confirm"))
+    worst = sum(stages[s]["worst_min"] for s in STAGES)
+    expected = sum(stages[s]["expected_min"] for s in STAGES)
     lines.append(f"{'adaptive':<10} {'':>7}  {hours(worst):>25}  {hours(expected):>25}")
     lines.append(f"{'full grid':<10} {stages['grid']['points']:>7}  {hours(stages['grid']['worst_min']):>25}  "
                  f"{hours(stages['grid']['expected_min']):>25}")

@@ -10,9 +10,8 @@ selection assuming that cv) and counts, per regime,
 - how often a point's own figure ± z·se contains its true figure (whether the standard errors are right), and
 - how often the band of its difference to the screening's best contains the true difference.
 
-Only the regimes whose figure the emulation reproduces exactly in expectation are counted (decode speed and
-acceptance length): its throughput cell is one wave whose slowest request sets the wall time, which the model's
-closed-form throughput does not include.
+The truth is `bench_adaptive.true_value`: the model's figure, and at the throughput regime the expectation of the
+emulated cell (one wave whose slowest request sets the wall time).
 
 Usage: python benchmarks/bench_screen_bands.py [--seeds 50] [--launch-cv 0.02 0.03 0.04] [--confidence 0.9]
 """
@@ -32,13 +31,11 @@ from ddsweep.analysis.screening import LOWER_IS_BETTER, bands, regime_scores
 from ddsweep.config.plan import running_points
 from ddsweep.config.stages import screen_benchmark
 
-EXACT_METRICS = ("decode_tok_s", "acceptance_length")
-
 
 def coverage(cv: float, seeds: int, confidence: float) -> dict[str, list[int]]:
     """Per regime: [figures covered, figures, bands covered, bands] over `seeds` screenings."""
     config = study(cv, 0, confidence)
-    regimes = [r for r in config["analysis"]["regimes"] if r["metric"] in EXACT_METRICS]
+    regimes = config["analysis"]["regimes"]
     tokens = config["benchmark"]["max_new_tokens"]
     n = screen_benchmark(config)["requests_per_cell"]
     points = {p.point_id: p for p in running_points(config)}
@@ -53,7 +50,7 @@ def coverage(cv: float, seeds: int, confidence: float) -> dict[str, list[int]]:
 
             def truth(pid: str, regime: dict = regime) -> float:
                 value = true_value(knobs_of(points[pid]), regime["metric"], regime["context"],
-                                   regime["concurrency"], tokens)
+                                   regime["concurrency"], tokens, n)
                 return 1.0 / value if regime["metric"] in LOWER_IS_BETTER else value
 
             for verdict in bands(scores[name], name, confidence):

@@ -4,13 +4,17 @@ survive, the baselines always survive, refinement is listed, and the funnel coun
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
+import statistics
 from pathlib import Path
 
+import pytest
 from conftest import demo_config
 
 from ddsweep.analysis.screening import (
+    estimate,
     funnel,
     funnel_block,
     funnel_markdown,
@@ -245,3 +249,20 @@ def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path
     block = funnel_block(tmp_path)
     assert block["table"]["rows"][0] == ["screen", 4, 4.0, round(4.0 * 8 / 60, 2)]
     assert any(item.startswith("`bs8-b4-t1-w2048` dropped: \u2212") for item in block["items"])
+
+
+def test_a_throughput_cells_standard_error_is_that_of_its_slowest_request():
+    # One wave of 32 requests: the cell's figure is its tokens over the slowest request's time, which varies far
+    # more than the mean of the request times; the estimate's error must match the figure's spread.
+    rng = random.Random(3)
+
+    def wave() -> list[dict]:
+        times = [rng.gauss(10.0, 1.0) for _ in range(32)]
+        return [{"context": 128, "concurrency": 32, "warmup": False, "error": None, "completion_tokens": 256,
+                 "e2e_s": t, "start_ts": 0.0, "end_ts": t} for t in times]
+
+    figures = [estimate(wave(), "output_throughput_tok_s", 128, 32, 0.0) for _ in range(2000)]
+    spread = statistics.stdev(f.value for f in figures) / statistics.fmean(f.value for f in figures)
+    errors = statistics.fmean(f.within for f in figures)
+    assert errors == pytest.approx(spread, rel=0.15)
+    assert errors > 2 * (1.0 / 10.0) / math.sqrt(32)  # the mean's error would be less than half of it

@@ -13,6 +13,7 @@ their figures so far. See docs/adaptive.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import statistics
@@ -146,11 +147,39 @@ def estimate(records: list[dict], metric: str, context: int, concurrency: int, l
     value = _cell_value(metric, cell)
     if value is None or value <= 0:
         return None
+    if metric == "output_throughput_tok_s":
+        return Estimate(value, _wall_rel_se(cell, concurrency), launch_cv)
     per_request = [v for r in cell if (v := _request_figure(metric, r)) is not None]
     within = 0.0
     if len(per_request) > 1 and statistics.fmean(per_request) > 0:
         within = statistics.stdev(per_request) / statistics.fmean(per_request) / math.sqrt(len(per_request))
     return Estimate(value, within, launch_cv)
+
+
+@functools.cache
+def _normal_max_moments(n: int) -> tuple[float, float]:
+    """Mean and standard deviation of the largest of `n` standard normal draws (numerical integration)."""
+    step, mean, second = 0.002, 0.0, 0.0
+    for i in range(-4000, 4001):
+        x = i * step
+        cdf = 0.5 * (1 + math.erf(x / math.sqrt(2)))
+        density = n * math.exp(-x * x / 2) / math.sqrt(2 * math.pi) * cdf ** (n - 1)
+        mean += x * density * step
+        second += x * x * density * step
+    return mean, math.sqrt(max(0.0, second - mean * mean))
+
+
+def _wall_rel_se(cell: list[dict], concurrency: int) -> float:
+    """The relative standard error of a throughput cell's figure (tokens over the cell's wall time). Each wave of
+    C requests lasts as long as its slowest request, so the wall time varies as the largest of C request times
+    (normal approximation), not as their mean: with C=32 about twice the standard error of the mean."""
+    e2e = [r["e2e_s"] for r in cell if r.get("e2e_s")]
+    if len(e2e) < 2:
+        return 0.0
+    mean, sd = statistics.fmean(e2e), statistics.stdev(e2e)
+    top_mean, top_sd = _normal_max_moments(max(1, min(concurrency, len(e2e))))
+    waves = max(1.0, len(e2e) / max(1, concurrency))
+    return math.sqrt(waves) * sd * top_sd / (waves * (mean + sd * top_mean))
 
 
 def load_launch(directory: Path) -> list[dict] | None:
@@ -247,8 +276,9 @@ def regime_scores(config: dict, launches: dict[str, list[list[dict]]]) -> dict[s
 
 
 def priority_scores(config: dict, per_regime: dict[str, dict[str, Estimate]]) -> dict[str, dict[str, Estimate]]:
-    """Per priority, each point's weighted mean of its regime figures normalised by the regime's best (the points
-    measured in every regime the priority weighs)."""
+    """Per priority, each point's weighted geometric mean of its regime figures relative to each regime's best,
+    the summary's priority score (docs/statistics.md), for the points measured in every regime the priority weighs.
+    On the log scale the errors add with the weights; the launch's part is one factor shared by every regime."""
     out = {}
     for name, weights in config.get("analysis", {}).get("priorities", {}).items():
         used = {r: w for r, w in weights.items() if w > 0 and per_regime.get(r)}
@@ -259,11 +289,10 @@ def priority_scores(config: dict, per_regime: dict[str, dict[str, Estimate]]) ->
         common = set.intersection(*(set(per_regime[r]) for r in used))
         scores = {}
         for pid in common:
-            parts = [(w / total * per_regime[r][pid].value / tops[r], per_regime[r][pid]) for r, w in used.items()]
-            value = sum(p for p, _ in parts)
-            within = math.sqrt(sum((p * e.within) ** 2 for p, e in parts)) / value
-            launch = sum(p * e.launch for p, e in parts) / value  # one launch: the same factor in every regime
-            scores[pid] = Estimate(value, within, launch)
+            parts = [(w / total, per_regime[r][pid], tops[r]) for r, w in used.items()]
+            value = math.exp(sum(f * math.log(e.value / top) for f, e, top in parts))
+            within = math.sqrt(sum((f * e.within) ** 2 for f, e, _ in parts))
+            scores[pid] = Estimate(value, within, sum(f * e.launch for f, e, _ in parts))
         out[name] = scores
     return out
 

@@ -7,7 +7,8 @@ around it are shifted. This script screens the default study's points (as `bench
 launch each, `sweep.screen.requests_per_cell` requests per regime cell, launch noise exp(N(0, cv)) with the
 selection assuming that cv) and counts, per regime,
 
-- how often a point's own figure ± z·se contains its true figure (whether the standard errors are right), and
+- how often a point's own figure ± its half width (`Estimate.half_width`: z·se, the within-launch part at
+  Student's t) contains its true figure (whether the standard errors are right), and
 - how often the band of its difference to the screening's best contains the true difference.
 
 The truth is `bench_adaptive.true_value`: the model's figure, and at the throughput regime the expectation of the
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import math
 import random
-import statistics
 import sys
 import time
 
@@ -39,7 +39,6 @@ def coverage(cv: float, seeds: int, confidence: float) -> dict[str, list[int]]:
     tokens = config["benchmark"]["max_new_tokens"]
     n = screen_benchmark(config)["requests_per_cell"]
     points = {p.point_id: p for p in running_points(config)}
-    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
     counts = {r["name"]: [0, 0, 0, 0] for r in regimes}
     for seed in range(seeds):
         rng = random.Random(f"bands-{cv}-{seed}")
@@ -55,7 +54,7 @@ def coverage(cv: float, seeds: int, confidence: float) -> dict[str, list[int]]:
 
             for verdict in bands(scores[name], name, confidence):
                 est = scores[name][verdict.point_id]
-                counts[name][0] += abs(math.log(est.value / truth(verdict.point_id))) <= z * est.rel_se
+                counts[name][0] += abs(math.log(est.value / truth(verdict.point_id))) <= est.half_width(confidence)
                 counts[name][1] += 1
                 if verdict.point_id != verdict.best:
                     true_diff = truth(verdict.point_id) / truth(verdict.best) - 1
@@ -73,7 +72,7 @@ def main() -> int:
     args = parser.parse_args()
     started = time.perf_counter()
     print(f"SIMULATED (stand-in model); {args.seeds} screenings per row, confidence {args.confidence:.0%}")
-    print("| launch_cv | regime | point figure ± z·se contains the truth | band vs the screening's best contains "
+    print("| launch_cv | regime | point figure ± half width contains the truth | band vs the screening's best contains "
           "the true difference |")
     print("|---|---|---|---|")
     for cv in args.launch_cv:

@@ -14,6 +14,7 @@ import pytest
 from conftest import demo_config
 
 from ddsweep.analysis.screening import (
+    Estimate,
     estimate,
     funnel,
     funnel_block,
@@ -266,3 +267,12 @@ def test_a_throughput_cells_standard_error_is_that_of_its_slowest_request():
     errors = statistics.fmean(f.within for f in figures)
     assert errors == pytest.approx(spread, rel=0.15)
     assert errors > 2 * (1.0 / 10.0) / math.sqrt(32)  # the mean's error would be less than half of it
+
+
+def test_the_within_launch_error_of_few_requests_counts_at_students_t():
+    # 4 requests (3 degrees of freedom): the 90% quantile is 2.353, not 1.645; the stated launch variation keeps z.
+    few = Estimate(100.0, within=0.05, launch=0.03, df=3)
+    assert few.half_width(0.9) == pytest.approx(math.hypot(2.3534 * 0.05, 1.6449 * 0.03), rel=1e-3)
+    assert Estimate(100.0, 0.05, 0.03).half_width(0.9) == pytest.approx(1.6449 * math.hypot(0.05, 0.03), rel=1e-3)
+    records = requests(100, n=4)
+    assert estimate(records, "decode_tok_s", 128, 1, 0.02).df == 3

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from ddsweep.analysis.statistics import t_quantile
 from ddsweep.config.stages import (
     baseline_ids,
     confirm_launches,
@@ -40,16 +41,25 @@ LOWER_IS_BETTER = frozenset({"ttft_p50_s", "tpot_p50_s"})
 @dataclass
 class Estimate:
     """One screened figure: its value and its relative standard errors within the launch and between launches
-    (the second is shared by every figure of one launch)."""
+    (the second is shared by every figure of one launch); `df`, the degrees of freedom of the within-launch error
+    (estimated from the requests; 0: taken as known)."""
 
     value: float
     within: float
     launch: float
+    df: int = 0
 
     @property
     def rel_se(self) -> float:
         """The relative standard error of the figure."""
         return math.hypot(self.within, self.launch)
+
+    def half_width(self, confidence: float) -> float:
+        """Half the width of the figure's band on the log scale: the within-launch error at Student's t quantile
+        (it is estimated from few requests), the between-launch error at the normal one (it is stated)."""
+        z = _z(confidence)
+        q = t_quantile(0.5 + confidence / 2, self.df) if self.df > 0 else z
+        return math.hypot(q * self.within, z * self.launch)
 
 
 @dataclass
@@ -148,12 +158,12 @@ def estimate(records: list[dict], metric: str, context: int, concurrency: int, l
     if value is None or value <= 0:
         return None
     if metric == "output_throughput_tok_s":
-        return Estimate(value, _wall_rel_se(cell, concurrency), launch_cv)
+        return Estimate(value, _wall_rel_se(cell, concurrency), launch_cv, max(0, len(cell) - 1))
     per_request = [v for r in cell if (v := _request_figure(metric, r)) is not None]
     within = 0.0
     if len(per_request) > 1 and statistics.fmean(per_request) > 0:
         within = statistics.stdev(per_request) / statistics.fmean(per_request) / math.sqrt(len(per_request))
-    return Estimate(value, within, launch_cv)
+    return Estimate(value, within, launch_cv, max(0, len(per_request) - 1))
 
 
 @functools.cache
@@ -210,18 +220,18 @@ def _z(confidence: float) -> float:
 
 
 def bands(scores: dict[str, Estimate], where: str, confidence: float) -> list[Verdict]:
-    """Every point's relative difference to the best of `scores` with its band, ±z·√(se_p² + se_best²) on the log
-    scale at the two-sided normal quantile of `confidence`, best first, then by figure."""
+    """Every point's relative difference to the best of `scores` with its band, ±√(h_p² + h_best²) on the log
+    scale, h each figure's half width at `confidence` (z·se, the within-launch part at Student's t), best first,
+    then by figure."""
     if not scores:
         return []
-    z = _z(confidence)
     ranked = sorted(scores, key=lambda p: (scores[p].value, p), reverse=True)
     best, top = ranked[0], scores[ranked[0]]
     out = []
     for pid in ranked:
         diff = math.log(scores[pid].value / top.value)
-        se = math.hypot(scores[pid].rel_se, top.rel_se)
-        out.append(Verdict(pid, where, math.expm1(diff), math.expm1(diff - z * se), math.expm1(diff + z * se),
+        width = math.hypot(scores[pid].half_width(confidence), top.half_width(confidence))
+        out.append(Verdict(pid, where, math.expm1(diff), math.expm1(diff - width), math.expm1(diff + width),
                            best, confidence))
     return out
 
@@ -255,7 +265,7 @@ def combine(estimates: list[Estimate]) -> Estimate | None:
     n = len(estimates)
     value = math.exp(statistics.fmean(math.log(e.value) for e in estimates))
     within = math.sqrt(sum(e.within ** 2 for e in estimates)) / n
-    return Estimate(value, within, estimates[0].launch / math.sqrt(n))
+    return Estimate(value, within, estimates[0].launch / math.sqrt(n), sum(e.df for e in estimates))
 
 
 def regime_scores(config: dict, launches: dict[str, list[list[dict]]]) -> dict[str, dict[str, Estimate]]:
@@ -270,7 +280,7 @@ def regime_scores(config: dict, launches: dict[str, list[list[dict]]]) -> dict[s
                                              primary_workload(config))) is not None])
             if est is not None:
                 value = 1.0 / est.value if metric in LOWER_IS_BETTER else est.value
-                scores[pid] = Estimate(value, est.within, est.launch)
+                scores[pid] = Estimate(value, est.within, est.launch, est.df)
         out[regime["name"]] = scores
     return out
 
@@ -292,7 +302,8 @@ def priority_scores(config: dict, per_regime: dict[str, dict[str, Estimate]]) ->
             parts = [(w / total, per_regime[r][pid], tops[r]) for r, w in used.items()]
             value = math.exp(sum(f * math.log(e.value / top) for f, e, top in parts))
             within = math.sqrt(sum((f * e.within) ** 2 for f, e, _ in parts))
-            scores[pid] = Estimate(value, within, sum(f * e.launch for f, e, _ in parts))
+            launch = sum(f * e.launch for f, e, _ in parts)  # one launch: the same factor in every regime
+            scores[pid] = Estimate(value, within, launch, min(e.df for _, e, _ in parts))
         out[name] = scores
     return out
 

@@ -26,7 +26,7 @@ each strategy actually ran, as `ddsweep plan` counts it: every workload's cells,
 than a full one in waves of C requests (`ddsweep.config.plan.cell_share`).
 
 Usage: python benchmarks/bench_adaptive.py [--seeds 10] [--launch-cv 0.04] [--assumed-cv 0.04] [--margin 0.02]
-       [--refine-step 2] [--confidence 0.9] [--race-keep 2] [--settle-launches 3] [--budgets 4,8,12,16]
+       [--refine-step 2] [--confidence 0.9] [--race-keep 2] [--settle-launches 1] [--budgets 4,8,12,16]
 """
 
 from __future__ import annotations

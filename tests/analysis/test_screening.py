@@ -121,6 +121,7 @@ def test_the_race_drops_after_each_launch_keeps_baselines_and_points_without_a_c
     assert after_second.dropped["bs8-b4-t1-w2048"].startswith("after confirmation launch 2: \u2212")
     assert [r["stage"] for r in after_second.rounds] == ["screen", "confirm launch 1", "confirm launch 2"]
     assert after_second.rounds[-1] == {"stage": "confirm launch 2", "entered": 4, "kept": 3}
+    assert after_second.to_json()["race_launches"] == {"bs8-b4-t1-w2048": 2}  # what the funnel counts
 
 
 def test_the_race_keeps_at_most_race_keep_plausible_points_but_the_screening_keeps_all(tmp_path):
@@ -237,10 +238,17 @@ def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path
         for k in range(3):
             (confirm / pid / f"launch-{k}").mkdir(parents=True)
             (confirm / pid / f"launch-{k}" / "status.json").write_text(json.dumps({"duration_s": 120}))
-    doc = funnel(final.to_json(), screen, confirm, gpus=8)
+    # left by another study in the same results directory: a fourth launch, and a point this study dropped
+    for stale in (confirm / final.survivors[0] / "launch-3", confirm / "bs8-b4-t1-w2048" / "launch-0"):
+        stale.mkdir(parents=True)
+        (stale / "status.json").write_text(json.dumps({"duration_s": 600}))
+    doc = funnel(final.to_json(), screen, confirm, gpus=8, launches=3)
     assert doc["stages"]["screen"] == {"points": 4, "job_min": 4.0}
     assert doc["stages"]["refine"] == {"points": 2, "job_min": 1.0}
     assert doc["stages"]["confirm"]["job_min"] == 6.0 * len(final.survivors)
+    raced = {**final.to_json(), "race_launches": {"bs8-b4-t1-w2048": 1}}  # had the race dropped it after launch 1
+    assert funnel(raced, screen, confirm, gpus=8, launches=3)["stages"]["confirm"]["job_min"] == (
+        6.0 * len(final.survivors) + 10.0)
     assert doc["gpu_hours"]["screen"] == 4.0 * 8 / 60
     text = render_funnel(doc, simulated=True)
     assert "SIMULATED" in text and "`bs8-b4-t1-w2048`: \u2212" in text

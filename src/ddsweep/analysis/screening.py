@@ -99,12 +99,15 @@ class Selection:
     rounds: list[dict] = field(default_factory=list)
     settle: list[str] | None = None
     extra_launches: dict[str, list[int]] = field(default_factory=dict)
+    race_launches: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The record written to results/screen/*.json and results/confirm/race-*.json (docs/results-schema.md);
-        a settling round's also lists `settle` and `extra_launches`."""
+        a race round's also lists `race_launches`, a settling round's `settle` and `extra_launches`."""
         record = {"screened": self.screened, "survivors": self.survivors, "dropped": self.dropped,
                   "best": self.best, "refine": self.refine, "failed": self.failed, "rounds": self.rounds}
+        if self.race_launches:
+            record["race_launches"] = self.race_launches
         if self.settle is not None:
             record.update(settle=self.settle, extra_launches=self.extra_launches)
         return record
@@ -367,7 +370,8 @@ def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous:
 
 def _carry_over(previous: dict, selection: Selection, stage: dict) -> None:
     """A later round's record keeps the earlier rounds': screened, dropped and failed points, the refinement
-    points and the rounds, with this round's added."""
+    points, the launches of the points the race dropped and the rounds, with this round's added."""
+    selection.race_launches = {**previous.get("race_launches", {}), **selection.race_launches}
     selection.dropped = {**previous["dropped"], **selection.dropped}
     selection.screened = list(dict.fromkeys([*previous["screened"], *selection.screened]))
     selection.failed = list(dict.fromkeys([*previous.get("failed", []), *selection.failed]))
@@ -390,6 +394,7 @@ def race_round(config: dict, screen_dir: Path, confirm_dir: Path, previous: dict
     measured = {pid: runs for pid, runs in launches.items() if runs}
     selection = select(config, measured, where=f"after confirmation launch {launch + 1}: ", race=True)
     selection.survivors = [p for p in candidates if p in selection.survivors or p not in measured]
+    selection.race_launches = {p: launch + 1 for p in candidates if p not in selection.survivors}
     selection.screened = []  # the race screens nothing new
     _carry_over(previous, selection, {"stage": f"confirm launch {launch + 1}", "entered": len(candidates),
                                       "kept": len(selection.survivors)})
@@ -444,24 +449,29 @@ def _status_minutes(paths: list[Path]) -> float:
     return total
 
 
-def funnel(selection: dict, screen_dir: Path, confirm_dir: Path, gpus: int) -> dict:
-    """How many points entered each stage, why each dropped one was dropped, and the GPU time of each stage."""
+def _job_files(directories: list[Path]) -> list[Path]:
+    """The job records (status.json or failure.json) in DIRECTORIES that exist."""
+    return [d / name for d in directories for name in ("status.json", "failure.json") if (d / name).exists()]
+
+
+def funnel(selection: dict, screen_dir: Path, confirm_dir: Path, gpus: int, launches: int) -> dict:
+    """How many points entered each stage, why each dropped one was dropped, and the GPU time of each stage.
+    Only the jobs of this study count: the confirmed points' `launches` configured launches, the launches of the
+    points the race dropped (`race_launches`) and the listed settling launches, so launch directories left by
+    another study in the same results directory do not."""
     screen_dir, confirm_dir = Path(screen_dir), Path(confirm_dir)
     refine = set(selection.get("refine", []))
     grid_screened = [p for p in selection["screened"] if p not in refine]
-    screen_files = [screen_dir / p / n for p in grid_screened for n in ("status.json", "failure.json")]
-    refine_files = [screen_dir / p / n for p in refine for n in ("status.json", "failure.json")]
-    settling = {confirm_dir / pid / f"launch-{k}" for pid, ks in selection.get("extra_launches", {}).items()
-                for k in ks}
-    launch_files = [f for f in sorted(confirm_dir.glob("*/launch-*/*.json"))
-                    if f.name in ("status.json", "failure.json")]
-    confirm_files = [f for f in launch_files if f.parent not in settling]
+    ran = {**{pid: launches for pid in selection["survivors"]}, **selection.get("race_launches", {})}
+    confirm = [confirm_dir / pid / f"launch-{k}" for pid, n in ran.items() for k in range(n)]
+    settling = [confirm_dir / pid / f"launch-{k}" for pid, ks in selection.get("extra_launches", {}).items()
+                for k in ks]
     races = [r for r in selection.get("rounds", []) if r["stage"].startswith("confirm")]
     entered_confirm = races[0]["entered"] if races else len(selection["survivors"])
-    minutes = {"screen": _status_minutes([f for f in screen_files if f.exists()]),
-               "refine": _status_minutes([f for f in refine_files if f.exists()]),
-               "confirm": _status_minutes(confirm_files),
-               "settle": _status_minutes([f for f in launch_files if f.parent in settling])}
+    minutes = {"screen": _status_minutes(_job_files([screen_dir / p for p in grid_screened])),
+               "refine": _status_minutes(_job_files([screen_dir / p for p in refine])),
+               "confirm": _status_minutes(_job_files(confirm)),
+               "settle": _status_minutes(_job_files(settling))}
     return {
         "stages": {
             "screen": {"points": len(grid_screened), "job_min": minutes["screen"]},
@@ -558,7 +568,8 @@ def _run_funnel(args: argparse.Namespace) -> int:
     except (OSError, ValueError, yaml.YAMLError) as exc:
         print(f"ddsweep funnel: cannot read {args.selection} or {args.config}: {exc}", file=sys.stderr)
         return 2
-    doc = funnel(selection, Path(args.screen), Path(args.confirm), config.get("resources", {}).get("gpus", 8))
+    doc = funnel(selection, Path(args.screen), Path(args.confirm), config.get("resources", {}).get("gpus", 8),
+                 confirm_launches(config))
     doc["simulated"] = bool(config.get("simulated"))
     write_json_atomic(args.out, doc)
     write_text_atomic(args.markdown, render_funnel(doc, doc["simulated"]))

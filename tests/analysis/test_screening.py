@@ -21,6 +21,7 @@ from ddsweep.analysis.screening import (
     funnel_markdown,
     race_round,
     render_funnel,
+    screen_failure,
     select,
     select_round,
     settle_round,
@@ -242,7 +243,14 @@ def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path
     for stale in (confirm / final.survivors[0] / "launch-3", confirm / "bs8-b4-t1-w2048" / "launch-0"):
         stale.mkdir(parents=True)
         (stale / "status.json").write_text(json.dumps({"duration_s": 600}))
+    (screen / "ar").mkdir()  # its screening server exited during startup
+    (screen / "ar" / "failure.json").write_text(json.dumps({
+        "error_kind": "startup_exit", "duration_s": 0, "error": "the server exited with code 1 during startup\n"
+                                                                  "last log lines:\nTraceback"}))
     doc = funnel(final.to_json(), screen, confirm, gpus=8, launches=3)
+    assert doc["failures"] == {"ar": {"error_kind": "startup_exit",
+                                      "reason": "the server exited with code 1 during startup"}}
+    assert screen_failure(tmp_path / "missing")["error_kind"] == "no_results"
     assert doc["stages"]["screen"] == {"points": 4, "job_min": 4.0}
     assert doc["stages"]["refine"] == {"points": 2, "job_min": 1.0}
     assert doc["stages"]["confirm"]["job_min"] == 6.0 * len(final.survivors)
@@ -252,12 +260,15 @@ def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path
     assert doc["gpu_hours"]["screen"] == 4.0 * 8 / 60
     text = render_funnel(doc, simulated=True)
     assert "SIMULATED" in text and "`bs8-b4-t1-w2048`: \u2212" in text
+    failed_line = "`ar` failed in screening (startup_exit: the server exited with code 1 during startup)"
+    assert f"- {failed_line}" in text
     assert funnel_markdown(tmp_path) == ""
     (screen / "funnel.json").write_text(json.dumps({**doc, "simulated": True}))
     assert funnel_markdown(tmp_path) == text
     block = funnel_block(tmp_path)
     assert block["table"]["rows"][0] == ["screen", 4, 4.0, round(4.0 * 8 / 60, 2)]
     assert any(item.startswith("`bs8-b4-t1-w2048` dropped: \u2212") for item in block["items"])
+    assert failed_line in block["items"]
 
 
 def test_a_throughput_cells_standard_error_is_that_of_its_slowest_request():

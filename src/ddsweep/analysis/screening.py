@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from ddsweep.analysis.results import first_line
 from ddsweep.analysis.statistics import t_quantile
 from ddsweep.config.stages import (
     baseline_ids,
@@ -454,6 +455,21 @@ def _job_files(directories: list[Path]) -> list[Path]:
     return [d / name for d in directories for name in ("status.json", "failure.json") if (d / name).exists()]
 
 
+def screen_failure(directory: Path) -> dict:
+    """Why a screening job left no results: the error kind and one-line reason of its failure.json."""
+    try:
+        record = json.loads((directory / "failure.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"error_kind": "no_results", "reason": f"no status.json or failure.json in {directory}"}
+    return {"error_kind": record.get("error_kind") or "unknown", "reason": first_line(record.get("error")) or ""}
+
+
+def _failure_text(pid: str, doc: dict) -> str:
+    """'`pid` failed in screening (server_crash: the server exited …)', or without the reason in older records."""
+    failure = doc.get("failures", {}).get(pid)
+    return f"`{pid}` failed in screening" + (f" ({failure['error_kind']}: {failure['reason']})" if failure else "")
+
+
 def funnel(selection: dict, screen_dir: Path, confirm_dir: Path, gpus: int, launches: int) -> dict:
     """How many points entered each stage, why each dropped one was dropped, and the GPU time of each stage.
     Only the jobs of this study count: the confirmed points' `launches` configured launches, the launches of the
@@ -483,6 +499,7 @@ def funnel(selection: dict, screen_dir: Path, confirm_dir: Path, gpus: int, laun
         "gpus_per_job": gpus,
         "gpu_hours": {k: v * gpus / 60 for k, v in minutes.items()},
         "dropped": selection["dropped"], "failed": selection.get("failed", []),
+        "failures": {pid: screen_failure(screen_dir / pid) for pid in selection.get("failed", [])},
         "best_in_screening": selection.get("best", {}), "survivors": selection["survivors"],
     }
 
@@ -502,7 +519,8 @@ def render_funnel(doc: dict, simulated: bool) -> str:
         out += ["Dropped (each with its closest comparison to the best at that stage):", ""]
         out += [f"- `{pid}`: {reason}" for pid, reason in sorted(doc["dropped"].items())]
     if doc["failed"]:
-        out += ["", "Failed in screening (not confirmed): " + ", ".join(f"`{p}`" for p in doc["failed"])]
+        out += ["", "Failed in screening (not confirmed; each point's results/screen/<point>/failure.json):", ""]
+        out += [f"- {_failure_text(pid, doc)}" for pid in doc["failed"]]
     return "\n".join(out) + "\n"
 
 
@@ -515,7 +533,7 @@ def funnel_block(results_dir: Path) -> dict | None:
     rows = [[name, stage["points"], round(stage["job_min"], 1), round(doc["gpu_hours"][name], 2)]
             for name, stage in doc["stages"].items()]
     items = [f"`{pid}` dropped: {reason}" for pid, reason in sorted(doc["dropped"].items())]
-    items += [f"`{pid}` failed in screening" for pid in doc.get("failed", [])]
+    items += [_failure_text(pid, doc) for pid in doc.get("failed", [])]
     return {"kind": "adaptive_funnel", "title": "Adaptive study: screening funnel",
             "text": (f"{len(doc['survivors'])} point(s) were confirmed ("
                      + ", ".join(f"`{p}`" for p in doc["survivors"]) + "); only they enter the decisions above."

@@ -99,3 +99,42 @@ def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables
     assert leftover.stdout == b""
     again = _snakemake(workdir, "-n")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_an_adaptive_study_names_screening_and_confirmation_failures_and_still_recommends(tmp_path):
+    # fexit never starts (fails in screening); flate passes the short screening and crashes in every
+    # confirmation launch, whose full benchmark sends more requests than its crash threshold.
+    study = _study()
+    late = {**study["engine"]["presets"]["fcrash"]}
+    late["args"] = [a if a != "crash-after:3" else "crash-after:9" for a in late["args"]]
+    study["engine"]["presets"] = {"fexit": study["engine"]["presets"]["fexit"], "flate": late}
+    study["sweep"]["points"] = [p for p in study["sweep"]["points"] if p["preset"] in ("fexit", "fcrash")]
+    study["sweep"]["points"][1]["preset"] = "flate"
+    study["sweep"]["strategy"] = "adaptive"
+    # keep every screened point (no band excludes anything at this confidence, no cap) and no settling
+    study["sweep"]["screen"] = {"requests_per_cell": 4, "confidence": 0.999999, "race_keep": None,
+                                "settle_launches": 0}
+    study["benchmark"]["repeats"] = 2
+    workdir = copy_workflow(tmp_path / "study", strict_standin=True)
+    (workdir / "faults.yaml").write_text(yaml.safe_dump(study))
+    first = _snakemake(workdir)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+
+    funnel = json.loads((workdir / "results/screen/funnel.json").read_text())
+    assert funnel["failed"] == ["fexit-bs8-b8-t4-w2048"]
+    assert funnel["failures"]["fexit-bs8-b8-t4-w2048"]["error_kind"] == "startup_exit"
+    assert "flate-bs8-b8-t4-w2048" in funnel["survivors"]
+    for k in range(2):  # both confirmation launches crashed; each keeps its own failure record
+        failure = json.loads((workdir / f"results/confirm/flate-bs8-b8-t4-w2048/launch-{k}/failure.json").read_text())
+        assert failure["error_kind"] == "server_crash", failure
+    done = json.loads((workdir / "results/points/flate-bs8-b8-t4-w2048/done.json").read_text())
+    assert done["status"] == "failed" and done["error_kind"] == "server_crash", done
+    rows = {r["point_id"]: r for r in csv.DictReader((workdir / "results/tables/failures.csv").open())}
+    assert rows["flate-bs8-b8-t4-w2048"]["error_kind"] == "server_crash"
+    summary = (workdir / "reports/optimization_summary.md").read_text()
+    assert "`fexit-bs8-b8-t4-w2048` failed in screening (startup_exit: " in summary
+    assert "`flate-bs8-b8-t4-w2048` **failed** (server_crash)" in summary
+    assert "**`ar`**" in summary or "**`bs8-b4-t2-w2048`**" in summary or "**`dflash-bs8-w2048`**" in summary
+    again = _snakemake(workdir, "-n")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout[-3000:]

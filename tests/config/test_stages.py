@@ -9,6 +9,7 @@ from ddsweep.config.plan import benchmark_cells, format_plan, running_points
 from ddsweep.config.stages import (
     confirm_record,
     race_bound,
+    race_expected,
     refine_candidates,
     resolve_point,
     screen_record,
@@ -118,3 +119,18 @@ def test_the_plan_bounds_settling_by_race_keep_per_priority_and_settle_launches(
         sweep={"strategy": "adaptive"}))["confirm"]["points"]  # without the cap, every point may settle
     assert "settling: at most 1 launch(es) of the regime cells for at most 6 points" in format_plan(
         demo_config(sweep={"strategy": "adaptive"}))
+
+
+def test_the_expected_confirmation_counts_race_keep_per_priority_running_the_later_launches():
+    def expected(keep: int | None, **study) -> tuple[float, int | None, dict]:
+        config = demo_config(sweep={"strategy": "adaptive", "screen": {"race_keep": keep, "expected_survivors": 1.0}},
+                             **study)
+        return stage_estimates(config)["confirm"]["expected_min"], race_expected(config), config
+
+    uncapped, none, config = expected(None)
+    capped, cap, _ = expected(1)
+    priorities = len(config["analysis"]["priorities"])
+    assert none is None and cap == 2 + priorities  # the two baselines and one point per priority
+    entering = stage_estimates(config)["grid"]["points"]  # every point survives the screening here
+    assert cap < entering and capped < uncapped
+    assert f"expected {cap} (race_keep per priority" in format_plan(expected(1)[2])

@@ -207,16 +207,15 @@ def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
     fraction = screen_cfg["expected_survivors"]
     n_base = len(baseline_ids(config))
     expected_survivors = min(n, n_base + fraction * (n - n_base))
-    in_race = race_bound(config)
-
+    in_race, expected_in_race = race_bound(config), race_expected(config)
     launches = confirm_launches(config)
 
-    def confirm_min(entering: float) -> float:
-        """Every entering point runs the first launch; the race's cap bounds who runs the later ones and the
+    def confirm_min(entering: float, cap: float | None) -> float:
+        """Every entering point runs the first launch; at most `cap` (None: all) run the later ones and the
         coding eval in the last."""
         if launches <= 1:
             return entering * (launch_min + coding)
-        later = entering if in_race is None else min(entering, in_race)
+        later = entering if cap is None else min(entering, cap)
         return entering * launch_min + later * ((launches - 1) * launch_min + coding)
 
     keep = screen_cfg.get("race_keep")
@@ -229,8 +228,9 @@ def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
         "screen": {"points": n, "worst_min": n * screen_point, "expected_min": n * screen_point},
         "refine": {"points": n_refine, "worst_min": n_refine * screen_point,
                    "expected_min": fraction * n_refine * screen_point},
-        "confirm": {"points": n + n_refine, "worst_min": confirm_min(n + n_refine),
-                    "expected_min": confirm_min(expected_survivors + fraction * fraction * n_refine)},
+        "confirm": {"points": n + n_refine, "worst_min": confirm_min(n + n_refine, in_race),
+                    "expected_min": confirm_min(expected_survivors + fraction * fraction * n_refine,
+                                                expected_in_race)},
         "settle": {"points": settling, "worst_min": settle_min, "expected_min": settle_min},
     }
 
@@ -243,6 +243,16 @@ def race_bound(config: dict) -> int | None:
         return None
     analysis = config.get("analysis", {})
     return len(baseline_ids(config)) + keep * (len(analysis.get("regimes", [])) + len(analysis.get("priorities", {})))
+
+
+def race_expected(config: dict) -> int | None:
+    """Points expected to run the later confirmation launches: `sweep.screen.race_keep` per priority plus the
+    baselines, the regimes' leaders mostly being among the priorities' (None: no cap). In
+    benchmarks/bench_adaptive.py's default study this is 8; 6.6 ran them on average."""
+    keep = screen_settings(config).get("race_keep")
+    if not keep:
+        return None
+    return len(baseline_ids(config)) + keep * len(config.get("analysis", {}).get("priorities", {}))
 
 
 def format_stage_plan(config: dict) -> list[str]:
@@ -259,7 +269,8 @@ def format_stage_plan(config: dict) -> list[str]:
 
     bound = race_bound(config)
     race = (f"of the points entering the confirmation, at most {bound} run the later confirmation launches "
-            "(sweep.screen.race_keep per regime and priority, plus the baselines)" if bound is not None
+            "(sweep.screen.race_keep per regime and priority, plus the baselines), expected "
+            f"{race_expected(config)} (race_keep per priority, plus the baselines)" if bound is not None
             else "every point entering the confirmation may run every confirmation launch")
     settle = (f"settling: at most {settle_launches(config)} launch(es) of the regime cells for at most "
               f"{stages['settle']['points']} points, counted at that bound in both columns")

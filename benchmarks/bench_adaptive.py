@@ -2,12 +2,14 @@
 
 Both strategies run on the default study (config/config.yaml: 62 points, its regimes and priorities), with
 `sweep.refine` stepping the budget by 2 for the adaptive one. Measurements are emulated from the stand-in's
-own model (`ddsweep.sim.model`: acceptance per verify step from `depth_probabilities`, step times from
-`step_time_s`, prefill from `prefill_time_s`) instead of starting a server per job, so a whole study takes
+own model (`ddsweep.sim.model`: acceptance per verify step from `depth_probabilities` for the primary workload's
+prompt kind, step times from `step_time_s` at the batch still running, prefill from `prefill_time_s`, requests
+that stop at their natural end of sequence) instead of starting a server per job, so a whole study takes
 seconds: every request's acceptance is the mean of its verify steps' draws (normal approximation of that mean),
 and every server launch scales all step times by exp(N(0, launch_cv)), as `ddsweep sim-server
---sim-launch-noise` does. The selection is the package's own (`ddsweep.analysis.screening.select_round`, on
-request records in the requests.jsonl schema); job records and refinement come from `ddsweep.config.stages`.
+--sim-launch-noise` does. `bench_emulation.py` compares the emulation with the stand-in itself. The selection is
+the package's own (`ddsweep.analysis.screening.select_round`, on request records in the requests.jsonl schema);
+job records and refinement come from `ddsweep.config.stages`.
 
 - grid: every point once, `benchmark.repeats` repeats within one launch; figure = mean of the repeats.
 - reference: the same grid run again with fresh launch and request noise (seed `grid-rerun-<seed>`): how often a
@@ -21,9 +23,8 @@ request records in the requests.jsonl schema); job records and refinement come f
 
 Both recommend per priority the point with the best priority score (the weighted geometric mean of regime
 figures relative to the best, as the summary ranks them). A recommendation is correct when its true priority
-score is within `--margin` of the best true score over the grid's points; true figures are the model's
-expectation without noise, at the throughput regime the expectation of the emulated cell, whose wave lasts as
-long as its slowest request. Point-job time is
+score is within `--margin` of the best true score over the grid's points; true figures are the expectation of
+the emulated cell without launch noise (400 cells per point and regime). Point-job time is
 counted with the study's cost model (`resources.estimate`: startup, per-cell and coding minutes), over the jobs
 each strategy actually ran, as `ddsweep plan` counts it: every workload's cells, and a cell with fewer requests
 than a full one in waves of C requests (`ddsweep.config.plan.cell_share`).
@@ -83,12 +84,24 @@ def knobs_of(point: Point) -> Knobs:
     return Knobs(point.kind, point.budget, point.topk, point.block_size, point.window)
 
 
-def accept_moments(knobs: Knobs) -> tuple[float, float]:
-    """Mean and standard deviation of the tokens accepted by one verify step (bonus token included)."""
+def prompt_kind(config: dict) -> str:
+    """The stand-in's prompt kind of the primary workload, whose cells the regimes measure: code for the coding
+    workload (HumanEval prompts hold Python), prose otherwise (`ddsweep.sim.model.prompt_kind`)."""
+    return "code" if config["benchmark"]["workloads"][0]["kind"] == "coding" else "prose"
+
+
+def stops_at_eos(config: dict) -> bool:
+    """Whether the primary workload's requests stop at their natural end of sequence (`ignore_eos` off)."""
+    return not config["benchmark"]["workloads"][0].get("ignore_eos", False)
+
+
+def accept_moments(knobs: Knobs, kind: str) -> tuple[float, float]:
+    """Mean and standard deviation of the tokens one verify step accepts (bonus token included), for the
+    stand-in's prompt kind."""
     if knobs.kind == "ar":
         return 1.0, 0.0
     survive, pmf_tail = 1.0, [1.0]
-    for p in depth_probabilities(PARAMS, knobs):
+    for p in depth_probabilities(PARAMS, knobs, kind):
         survive *= p
         pmf_tail.append(survive)  # P(accepted >= j + 1)
     mean = sum(pmf_tail)
@@ -96,52 +109,58 @@ def accept_moments(knobs: Knobs) -> tuple[float, float]:
     return mean, math.sqrt(max(0.0, second - mean * mean))
 
 
+def natural_length(prompts: str | None, context: int, concurrency: int, index: int, rng: random.Random) -> int:
+    """Where request `index` of a cell stops at end of sequence: uniform over 16–2047 tokens, as the stand-in's
+    `natural_length`. The benchmark sends every point the same prompts for a job of the same matrix, and decoding
+    is lossless, so a prompt set (`prompts`) gives every point and launch the same lengths; None draws a fresh
+    set (the truth's average over prompt sets)."""
+    if prompts is None:
+        return 16 + rng.randrange(2032)
+    return 16 + random.Random(f"length-{prompts}-{context}-{concurrency}-{index}").randrange(2032)
+
+
 def requests(knobs: Knobs, context: int, concurrency: int, n: int, tokens: int, factor: float,
-             rng: random.Random) -> list[dict]:
-    """One cell's measured requests (requests.jsonl schema), emulated from the model; requests run in waves."""
-    mean, sd = accept_moments(knobs)
-    step = step_time_s(PARAMS, knobs, concurrency) * factor
-    prefill = prefill_time_s(PARAMS, context) * concurrency
+             rng: random.Random, kind: str = "code", eos: bool = True, prompts: str | None = None) -> list[dict]:
+    """One cell's measured requests (requests.jsonl schema), emulated from the stand-in's model. Requests run in
+    waves of `concurrency`; a request stops at `tokens` or, with `eos`, at its natural end (`natural_length` of
+    the prompt set `prompts`); the requests of a wave advance one verify step per server step, whose time follows
+    the batch as the wave's requests finish (`step_time_s`), as in the stand-in's scheduler."""
+    mean, sd = accept_moments(knobs, kind)
     out, clock = [], 0.0
     for wave in range(0, n, concurrency):
-        ends = []
-        for i in range(wave, min(n, wave + concurrency)):
-            steps = tokens / mean
-            acc = max(1.0, rng.gauss(mean, sd / math.sqrt(steps))) if sd else mean
-            decode = tokens / acc * step
+        size = min(n, wave + concurrency) - wave
+        prefill = prefill_time_s(PARAMS, context) * size  # the wave's prompts are prefilled in its first step
+        wave_requests = []
+        for i in range(wave, wave + size):
+            length = min(tokens, natural_length(prompts, context, concurrency, i, rng)) if eos else tokens
+            acc = max(1.0, rng.gauss(mean, sd / math.sqrt(length / mean))) if sd else mean
+            wave_requests.append((i, length, length / acc))  # index, tokens, verify steps
+        decode, done, elapsed = {}, 0.0, 0.0
+        for rank, (i, _, steps) in enumerate(sorted(wave_requests, key=lambda r: r[2])):
+            elapsed += (steps - done) * step_time_s(PARAMS, knobs, size - rank) * factor
+            done, decode[i] = steps, elapsed
+        for i, length, steps in wave_requests:
             out.append({"context": context, "concurrency": concurrency, "repeat": 0, "index": i, "warmup": False,
-                        "error": None, "completion_tokens": tokens, "decode_s": decode, "ttft_s": prefill,
-                        "e2e_s": prefill + decode, "start_ts": clock, "end_ts": clock + prefill + decode,
-                        "spec_verify_ct": round(tokens / acc) if knobs.kind != "ar" else None,
-                        "acceptance_length": acc if knobs.kind != "ar" else None})
-            ends.append(prefill + decode)
-        clock += max(ends)
+                        "error": None, "completion_tokens": length, "decode_s": decode[i], "ttft_s": prefill,
+                        "e2e_s": prefill + decode[i], "start_ts": clock, "end_ts": clock + prefill + decode[i],
+                        "spec_verify_ct": round(steps) if knobs.kind != "ar" else None,
+                        "acceptance_length": length / steps if knobs.kind != "ar" else None})
+        clock += prefill + max(decode.values())
     return out
 
 
 @functools.cache
-def expected_throughput(knobs: Knobs, context: int, concurrency: int, n: int, tokens: int) -> float:
-    """The emulated cell's throughput without launch noise, averaged over 400 cells: a wave lasts as long as its
-    slowest request, so the expected figure lies below the closed form (7–9% for the default study's DDTree
-    points at C=32, by how much acceptance varies between requests; not at all for `ar`)."""
-    rng = random.Random(f"truth-{knobs}-{context}-{concurrency}-{n}")
-    cells = [requests(knobs, context, concurrency, n, tokens, 1.0, rng) for _ in range(400)]
-    return statistics.fmean(estimate(cell, "output_throughput_tok_s", context, concurrency, 0.0).value
-                            for cell in cells)
-
-
-def true_value(knobs: Knobs, metric: str, context: int, concurrency: int, tokens: int, n: int) -> float:
-    """The regime figure the model gives without noise; at the throughput regime the expectation of the emulated
-    cell of `n` requests (the measurement's own definition: tokens over the cell's wall time)."""
-    mean, _ = accept_moments(knobs)
-    decode = tokens / mean * step_time_s(PARAMS, knobs, concurrency)
-    if metric == "decode_tok_s":
-        return (tokens - 1) / decode
-    if metric == "output_throughput_tok_s":
-        return expected_throughput(knobs, context, concurrency, cell_requests(concurrency, n), tokens)
-    if metric == "acceptance_length":
-        return mean
-    raise ValueError(metric)
+def true_value(knobs: Knobs, metric: str, context: int, concurrency: int, tokens: int, n: int,
+               kind: str = "code", eos: bool = True) -> float:
+    """The regime figure's expectation without launch noise: the mean figure of 400 emulated cells of `n`
+    requests (the measurement's own definition: a median over requests, tokens over the cell's wall time, or
+    tokens over verify steps; `ar` accepts one token per step and reports no verify steps)."""
+    if metric == "acceptance_length" and knobs.kind == "ar":
+        return 1.0
+    rng = random.Random(f"truth-{knobs}-{metric}-{context}-{concurrency}-{n}-{tokens}-{kind}-{eos}")
+    cells = [requests(knobs, context, concurrency, cell_requests(concurrency, n), tokens, 1.0, rng, kind, eos)
+             for _ in range(400)]
+    return statistics.fmean(estimate(cell, metric, context, concurrency, 0.0).value for cell in cells)
 
 
 def regime_cells(config: dict) -> list[tuple[int, int]]:
@@ -149,12 +168,13 @@ def regime_cells(config: dict) -> list[tuple[int, int]]:
     return sorted({(r["context"], r["concurrency"]) for r in config["analysis"]["regimes"]})
 
 
-def measure(config: dict, point: Point, n: int, factor: float, rng: random.Random) -> list[dict]:
-    """One launch's requests at every regime cell: `n` per cell, at least the cell's concurrency (the benchmark's
-    rule)."""
+def measure(config: dict, point: Point, n: int, factor: float, rng: random.Random, prompts: str) -> list[dict]:
+    """One launch's (or repeat's) requests at every regime cell: `n` per cell, at least the cell's concurrency
+    (the benchmark's rule), on the prompt set `prompts` (the same for every point)."""
     tokens = config["benchmark"]["max_new_tokens"]
     return [r for ctx, c in regime_cells(config)
-            for r in requests(knobs_of(point), ctx, c, cell_requests(c, n), tokens, factor, rng)]
+            for r in requests(knobs_of(point), ctx, c, cell_requests(c, n), tokens, factor, rng,
+                              prompt_kind(config), stops_at_eos(config), prompts)]
 
 
 def figures(config: dict, runs: list[list[dict]]) -> dict[str, float]:
@@ -189,7 +209,8 @@ def true_scores(config: dict, points: list[Point], reference: list[Point]) -> di
     tokens, n = config["benchmark"]["max_new_tokens"], config["benchmark"]["requests_per_cell"]
 
     def truth(p: Point) -> dict[str, float]:
-        return {r["name"]: true_value(knobs_of(p), r["metric"], r["context"], r["concurrency"], tokens, n)
+        return {r["name"]: true_value(knobs_of(p), r["metric"], r["context"], r["concurrency"], tokens, n,
+                                      prompt_kind(config), stops_at_eos(config))
                 for r in config["analysis"]["regimes"]}
 
     values = {p.point_id: truth(p) for p in points}
@@ -216,7 +237,8 @@ def run_grid(config: dict, rng: random.Random, launch_cv: float) -> tuple[dict[s
     figs, minutes = {}, 0.0
     for point in running_points(config):
         factor = math.exp(rng.gauss(0, launch_cv))
-        figs[point.point_id] = figures(config, [measure(config, point, n, factor, rng) for _ in range(repeats)])
+        figs[point.point_id] = figures(config, [measure(config, point, n, factor, rng, f"grid-repeat-{r}")
+                                                for r in range(repeats)])
         minutes += job_minutes(config, bench, True)
     return recommend(config, figs), minutes
 
@@ -239,7 +261,7 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
 
     def screen(point: Point) -> None:
         nonlocal minutes
-        records = measure(config, point, n_screen, math.exp(rng.gauss(0, launch_cv)), rng)
+        records = measure(config, point, n_screen, math.exp(rng.gauss(0, launch_cv)), rng, "screen")
         write_launch(workdir / "screen" / point.point_id, records)
         minutes += job_minutes(config, sbench, False)
 
@@ -258,7 +280,7 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
     for k in range(bench["repeats"]):
         for pid in race.survivors:  # launch k of every point still in the race (interleaved in the workflow)
             records = measure(config, all_points[pid], bench["requests_per_cell"],
-                              math.exp(rng.gauss(0, launch_cv)), rng)
+                              math.exp(rng.gauss(0, launch_cv)), rng, "confirm")  # every launch: repeat 0
             runs.setdefault(pid, []).append(records)
             write_launch(workdir / "confirm" / pid / f"launch-{k}", records)
             minutes += job_minutes(config, launch_bench, k == last)
@@ -272,7 +294,7 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
         k += 1
         for pid in race.settle:
             records = measure(config, all_points[pid], bench["requests_per_cell"],
-                              math.exp(rng.gauss(0, launch_cv)), rng)
+                              math.exp(rng.gauss(0, launch_cv)), rng, "settle")
             runs[pid].append(records)
             write_launch(workdir / "confirm" / pid / f"launch-{k}", records)
             minutes += job_minutes(config, settle_bench, False)

@@ -11,8 +11,7 @@ selection assuming that cv) and counts, per regime,
   Student's t) contains its true figure (whether the standard errors are right), and
 - how often the band of its difference to the screening's best contains the true difference.
 
-The truth is `bench_adaptive.true_value`: the model's figure, and at the throughput regime the expectation of the
-emulated cell (one wave whose slowest request sets the wall time).
+The truth is `bench_adaptive.true_value`: the expectation of the emulated cell, without launch noise.
 
 Usage: python benchmarks/bench_screen_bands.py [--seeds 50] [--launch-cv 0.02 0.03 0.04] [--confidence 0.9]
 """
@@ -25,7 +24,7 @@ import random
 import sys
 import time
 
-from bench_adaptive import knobs_of, measure, study, true_value
+from bench_adaptive import knobs_of, measure, prompt_kind, stops_at_eos, study, true_value
 
 from ddsweep.analysis.screening import LOWER_IS_BETTER, bands, regime_scores
 from ddsweep.config.plan import running_points
@@ -42,14 +41,15 @@ def coverage(cv: float, seeds: int, confidence: float) -> dict[str, list[int]]:
     counts = {r["name"]: [0, 0, 0, 0] for r in regimes}
     for seed in range(seeds):
         rng = random.Random(f"bands-{cv}-{seed}")
-        launches = {pid: [measure(config, p, n, math.exp(rng.gauss(0, cv)), rng)] for pid, p in points.items()}
+        launches = {pid: [measure(config, p, n, math.exp(rng.gauss(0, cv)), rng, f"screen-{seed}")]
+                    for pid, p in points.items()}
         scores = regime_scores(config, launches)
         for regime in regimes:
             name = regime["name"]
 
             def truth(pid: str, regime: dict = regime) -> float:
                 value = true_value(knobs_of(points[pid]), regime["metric"], regime["context"],
-                                   regime["concurrency"], tokens, n)
+                                   regime["concurrency"], tokens, n, prompt_kind(config), stops_at_eos(config))
                 return 1.0 / value if regime["metric"] in LOWER_IS_BETTER else value
 
             for verdict in bands(scores[name], name, confidence):

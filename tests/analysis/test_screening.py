@@ -288,6 +288,22 @@ def test_a_throughput_cells_standard_error_is_that_of_its_slowest_request():
     assert errors > 2 * (1.0 / 10.0) / math.sqrt(32)  # the mean's error would be less than half of it
 
 
+def test_a_throughput_cells_error_ignores_the_spread_of_lengths_that_end_of_sequence_brings():
+    # The same prompts give every point and launch the same lengths (lossless decoding): a quarter of the requests
+    # stop early at fixed lengths, the rest at max_new_tokens. Only the time per token varies between waves.
+    rng = random.Random(4)
+    lengths = [16 + 15 * i if i < 8 else 512 for i in range(32)]
+
+    def wave() -> list[dict]:
+        times = [n * rng.gauss(0.02, 0.002) for n in lengths]
+        return [{"context": 128, "concurrency": 32, "warmup": False, "error": None, "completion_tokens": n,
+                 "e2e_s": t, "start_ts": 0.0, "end_ts": t} for n, t in zip(lengths, times, strict=True)]
+
+    figures = [estimate(wave(), "output_throughput_tok_s", 128, 32, 0.0) for _ in range(2000)]
+    spread = statistics.stdev(f.value for f in figures) / statistics.fmean(f.value for f in figures)
+    assert statistics.fmean(f.within for f in figures) == pytest.approx(spread, rel=0.15)  # the e2e spread: 3x
+
+
 def test_the_within_launch_error_of_few_requests_counts_at_students_t():
     # 4 requests (3 degrees of freedom): the 90% quantile is 2.353, not 1.645; the stated launch variation keeps z.
     few = Estimate(100.0, within=0.05, launch=0.03, df=3)

@@ -186,13 +186,18 @@ def _normal_max_moments(n: int) -> tuple[float, float]:
 def _wall_rel_se(cell: list[dict], concurrency: int) -> float:
     """The relative standard error of a throughput cell's figure (tokens over the cell's wall time). Each wave of
     C requests lasts as long as its slowest request, so the wall time varies as the largest of C request times
-    (normal approximation), not as their mean: with C=32 about twice the standard error of the mean."""
-    e2e = [r["e2e_s"] for r in cell if r.get("e2e_s")]
-    if len(e2e) < 2:
+    (normal approximation), not as their mean: with C=32 about twice the standard error of the mean. The slowest
+    request is one of the longest, and every point generates the same lengths for the same prompts (decoding is
+    lossless), so the spread that counts is that of the longest requests' time per output token, not the spread
+    of lengths that end of sequence brings."""
+    timed = [r for r in cell if r.get("e2e_s") and r.get("completion_tokens")]
+    longest = max((r["completion_tokens"] for r in timed), default=0)
+    per_token = [r["e2e_s"] / r["completion_tokens"] for r in timed if r["completion_tokens"] == longest]
+    if len(per_token) < 2:
         return 0.0
-    mean, sd = statistics.fmean(e2e), statistics.stdev(e2e)
-    top_mean, top_sd = _normal_max_moments(max(1, min(concurrency, len(e2e))))
-    waves = max(1.0, len(e2e) / max(1, concurrency))
+    mean, sd = statistics.fmean(per_token), statistics.stdev(per_token)
+    top_mean, top_sd = _normal_max_moments(max(1, min(concurrency, len(per_token))))
+    waves = max(1.0, len(timed) / max(1, concurrency))
     return math.sqrt(waves) * sd * top_sd / (waves * (mean + sd * top_mean))
 
 

@@ -156,7 +156,8 @@ def _settling(tmp_path: Path, speeds: dict[str, list[float]], **screen) -> tuple
     for pid, per_launch in speeds.items():
         for k, speed in enumerate(per_launch):
             _write_screen(confirm / pid, f"launch-{k}", requests(speed, seed=k))
-    config = demo_config(sweep={"strategy": "adaptive", "screen": {"launch_cv": 0.03, **screen}})
+    config = demo_config(sweep={"strategy": "adaptive", "screen": {"launch_cv": 0.03, "settle_launches": 3,
+                                                                   **screen}})
     previous = {"screened": list(speeds), "survivors": list(speeds), "dropped": {}, "best": {}, "refine": [],
                 "failed": [], "rounds": [{"stage": "confirm launch 2", "entered": 3, "kept": 3}]}
     return config, previous

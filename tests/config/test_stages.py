@@ -111,14 +111,16 @@ def test_the_plan_bounds_settling_by_race_keep_per_priority_and_settle_launches(
         config = demo_config(sweep={"strategy": "adaptive", "screen": screen})
         return stage_estimates(config)["settle"]
 
-    default, none, three = settle(), settle(settle_launches=0), settle(settle_launches=3)
-    assert default["points"] == 2 * 3  # race_keep 2 for each of the demo's 3 priorities
-    assert none["worst_min"] == 0 < default["worst_min"]  # default: one settling launch
-    assert three["worst_min"] == pytest.approx(3 * default["worst_min"])
-    assert settle(race_keep=None)["points"] == stage_estimates(demo_config(
+    default, one, three = settle(), settle(settle_launches=1), settle(settle_launches=3)
+    assert one["points"] == 2 * 3  # race_keep 2 for each of the demo's 3 priorities
+    assert default["worst_min"] == default["points"] == 0 < one["worst_min"]  # default: no settling
+    plan = format_plan(demo_config(sweep={"strategy": "adaptive"}))
+    assert "settling: none (sweep.screen.settle_launches: 0)" in plan
+    assert three["worst_min"] == pytest.approx(3 * one["worst_min"])
+    assert settle(race_keep=None, settle_launches=1)["points"] == stage_estimates(demo_config(
         sweep={"strategy": "adaptive"}))["confirm"]["points"]  # without the cap, every point may settle
     assert "settling: at most 1 launch(es) of the regime cells for at most 6 points" in format_plan(
-        demo_config(sweep={"strategy": "adaptive"}))
+        demo_config(sweep={"strategy": "adaptive", "screen": {"settle_launches": 1}}))
 
 
 def test_the_expected_confirmation_counts_race_keep_per_priority_running_the_later_launches():

@@ -19,7 +19,8 @@ from ddsweep.config.study import load_config
 
 CONFIGS = ("--configfile", ".test/config.yaml", ".test/adaptive.yaml", "no_coding.yaml")
 # The coding eval is the same in every stage and tested elsewhere; without it the study runs in half the time.
-NO_CODING = {"coding_eval": {"enabled": False}}
+# Settling (off by default) is on, so the race is followed by settling rounds.
+NO_CODING = {"coding_eval": {"enabled": False}, "sweep": {"screen": {"settle_launches": 1}}}
 
 
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:

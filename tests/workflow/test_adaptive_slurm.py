@@ -52,9 +52,9 @@ def test_an_adaptive_study_completes_under_the_slurm_profile(slurm_run):
     assert sum(j.startswith("rule_screen_point/") for j in jobs) == screened
     race = json.loads((workdir / "results/confirm/race-0.json").read_text())  # kept after the first launch
     assert set(race["survivors"]) <= set(selection["survivors"])
-    # then settling rounds (race-1, ...) until nothing is unsettled; how many depends on timing noise
+    # settling rounds (race-1, ...) would follow with sweep.screen.settle_launches; none run by default
     races = sorted((workdir / "results/confirm").glob("race-*.json"), key=lambda p: int(p.stem.split("-")[1]))
-    settling = json.loads(races[-1].read_text())["extra_launches"]
+    settling = json.loads(races[-1].read_text()).get("extra_launches", {})  # none by default
     confirmations = sum(j.startswith("rule_confirm_launch/") for j in jobs)
     assert confirmations == len(selection["survivors"]) + len(race["survivors"]) + sum(map(len, settling.values()))
     assert not [j for j in jobs if not j.startswith(("rule_screen_point/", "rule_confirm_launch/"))]

@@ -220,7 +220,7 @@ def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
 
     keep = screen_cfg.get("race_keep")
     settling = min(n + n_refine, keep * len(config.get("analysis", {}).get("priorities", {})) if keep
-                   else n + n_refine)
+                   else n + n_refine) if settle_launches(config) else 0
     settle_min = settle_launches(config) * settling * regime_job(bench["requests_per_cell"])
     grid = estimate_minutes(config, n)["total_min"]
     return {
@@ -248,7 +248,7 @@ def race_bound(config: dict) -> int | None:
 def race_expected(config: dict) -> int | None:
     """Points expected to run the later confirmation launches: `sweep.screen.race_keep` per priority plus the
     baselines, the regimes' leaders mostly being among the priorities' (None: no cap). In
-    benchmarks/bench_adaptive.py's default study this is 8; 6.6 ran them on average."""
+    benchmarks/bench_adaptive.py's default study this is 8; 6.5 ran them on average."""
     keep = screen_settings(config).get("race_keep")
     if not keep:
         return None
@@ -273,7 +273,8 @@ def format_stage_plan(config: dict) -> list[str]:
             f"{race_expected(config)} (race_keep per priority, plus the baselines)" if bound is not None
             else "every point entering the confirmation may run every confirmation launch")
     settle = (f"settling: at most {settle_launches(config)} launch(es) of the regime cells for at most "
-              f"{stages['settle']['points']} points, counted at that bound in both columns")
+              f"{stages['settle']['points']} points, counted at that bound in both columns"
+              if settle_launches(config) else "settling: none (sweep.screen.settle_launches: 0)")
     lines = ["", f"adaptive strategy (expected: {fraction:.0%} of the non-baseline points survive the screening)",
              race, settle, f"{'stage':<10} {'points':>7}  {'worst case':>25}  {'expected':>25}"]
     for name in STAGES:

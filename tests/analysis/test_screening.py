@@ -303,6 +303,10 @@ def test_a_throughput_cells_error_ignores_the_spread_of_lengths_that_end_of_sequ
     figures = [estimate(wave(), "output_throughput_tok_s", 128, 32, 0.0) for _ in range(2000)]
     spread = statistics.stdev(f.value for f in figures) / statistics.fmean(f.value for f in figures)
     assert statistics.fmean(f.within for f in figures) == pytest.approx(spread, rel=0.15)  # the e2e spread: 3x
+    # No two requests of the same length (every one ends before max_new_tokens): every request's time per token.
+    distinct = [{**r, "completion_tokens": 100 + i, "e2e_s": r["e2e_s"] / 512 * (100 + i)}
+                for i, r in enumerate(wave())]
+    assert estimate(distinct, "output_throughput_tok_s", 128, 32, 0.0).within > 0
 
 
 def test_the_within_launch_error_of_few_requests_counts_at_students_t():

@@ -188,11 +188,13 @@ def _wall_rel_se(cell: list[dict], concurrency: int) -> float:
     C requests lasts as long as its slowest request, so the wall time varies as the largest of C request times
     (normal approximation), not as their mean: with C=32 about twice the standard error of the mean. The slowest
     request is one of the longest, and every point generates the same lengths for the same prompts (decoding is
-    lossless), so the spread that counts is that of the longest requests' time per output token, not the spread
-    of lengths that end of sequence brings."""
+    lossless), so the spread that counts is that of the longest requests' time per output token (of every
+    request's when fewer than two share the longest length), not the spread of lengths that end of sequence
+    brings."""
     timed = [r for r in cell if r.get("e2e_s") and r.get("completion_tokens")]
     longest = max((r["completion_tokens"] for r in timed), default=0)
-    per_token = [r["e2e_s"] / r["completion_tokens"] for r in timed if r["completion_tokens"] == longest]
+    group = [r for r in timed if r["completion_tokens"] == longest]
+    per_token = [r["e2e_s"] / r["completion_tokens"] for r in (group if len(group) > 1 else timed)]
     if len(per_token) < 2:
         return 0.0
     mean, sd = statistics.fmean(per_token), statistics.stdev(per_token)

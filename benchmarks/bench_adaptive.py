@@ -8,8 +8,8 @@ that stop at their natural end of sequence) instead of starting a server per job
 seconds: every request's acceptance is the mean of its verify steps' draws (normal approximation of that mean),
 and every server launch scales all step times by exp(N(0, launch_cv)), as `ddsweep sim-server
 --sim-launch-noise` does. `bench_emulation.py` compares the emulation with the stand-in itself. The selection is
-the package's own (`ddsweep.analysis.screening.select_round`, on request records in the requests.jsonl schema);
-job records and refinement come from `ddsweep.config.stages`.
+the package's own (`ddsweep.adaptive.selection.select_round`, on request records in the requests.jsonl schema);
+job records and refinement come from `ddsweep.adaptive.stages` and `ddsweep.adaptive.refinement`.
 
 - grid: every point once, `benchmark.repeats` repeats within one launch; figure = mean of the repeats.
 - reference: the same grid run again with fresh launch and request noise (seed `grid-rerun-<seed>`): how often a
@@ -17,7 +17,7 @@ job records and refinement come from `ddsweep.config.stages`.
   studies, as it is between two studies on a cluster, so "correct where the grid is" has this floor.
 - adaptive: every point screened (one launch, `sweep.screen.requests_per_cell`, regime cells), selection,
   refinement points screened, final selection, then the confirmation race: launch k of every point still in it,
-  and after each launch but the last the package's race selection (`ddsweep.analysis.screening.race_round`, with
+  and after each launch but the last the package's race selection (`ddsweep.adaptive.race.race_round`, with
   `sweep.screen.race_keep`);
   the coding eval's time in the last launch; figure = mean of the confirmed point's launches.
 
@@ -48,9 +48,12 @@ from pathlib import Path
 
 import yaml
 
-from ddsweep.analysis.screening import estimate, race_round, select_round
+from ddsweep.adaptive.race import race_round
+from ddsweep.adaptive.refinement import resolve_point
+from ddsweep.adaptive.screening import estimate
+from ddsweep.adaptive.selection import select_round
+from ddsweep.adaptive.stages import regime_benchmark, screen_benchmark, settle_launches
 from ddsweep.config.plan import benchmark_cells, cell_requests, cell_share, running_points
-from ddsweep.config.stages import regime_benchmark, resolve_point, screen_benchmark, settle_launches
 from ddsweep.config.study import Point, validate_config
 from ddsweep.sim.model import Knobs, ModelParams, depth_probabilities, prefill_time_s, step_time_s
 

@@ -2,7 +2,7 @@
 
 bench_adaptive.py judges both strategies against a truth computed from the stand-in's model and emulates the
 stand-in's measurements instead of starting it. This script starts it: for a few points of the default study it
-runs the regime cells as a settling job does (`ddsweep.config.stages.regime_benchmark`: the primary workload,
+runs the regime cells as a settling job does (`ddsweep.adaptive.stages.regime_benchmark`: the primary workload,
 the configured requests per cell, one repeat, no coding eval) with `ddsweep run-point`, the workflow's own job
 command, which starts `ddsweep sim-server` with the study's presets through the launcher code that starts a real
 server. The stand-in runs without launch noise and with a different acceptance seed per launch, so
@@ -43,7 +43,8 @@ from bench_adaptive import (  # noqa: E402
     true_value,
 )
 
-from ddsweep.config.stages import regime_benchmark, resolve_point  # noqa: E402
+from ddsweep.adaptive.refinement import resolve_point  # noqa: E402
+from ddsweep.adaptive.stages import regime_benchmark  # noqa: E402
 from ddsweep.config.study import point_record  # noqa: E402
 
 POINTS = ["ar", "dflash-bs8-w2048", "bs8-b4-t2-w2048", "bs8-b4-t2-woff", "bs16-b4-t2-w2048", "bs8-b8-t4-w2048",

@@ -1,7 +1,7 @@
 """How often the adaptive screening's bands contain the true difference (SIMULATED, the stand-in's model).
 
 A dropped point's reason shows its relative difference to the screening's best with a band of ±z standard errors
-(`ddsweep.analysis.screening.bands`, z from `sweep.screen.confidence`). The band is a selection rule, not a
+(`ddsweep.adaptive.selection.bands`, z from `sweep.screen.confidence`). The band is a selection rule, not a
 confidence interval: the best is chosen from the same noisy figures, so its figure is biased upward and the bands
 around it are shifted. This script screens the default study's points (as `bench_adaptive.py` emulates them: one
 launch each, `sweep.screen.requests_per_cell` requests per regime cell, launch noise exp(N(0, cv)) with the
@@ -26,9 +26,10 @@ import time
 
 from bench_adaptive import knobs_of, measure, prompt_kind, stops_at_eos, study, true_value
 
-from ddsweep.analysis.screening import LOWER_IS_BETTER, bands, regime_scores
+from ddsweep.adaptive.screening import LOWER_IS_BETTER, regime_scores
+from ddsweep.adaptive.selection import bands
+from ddsweep.adaptive.stages import screen_benchmark
 from ddsweep.config.plan import running_points
-from ddsweep.config.stages import screen_benchmark
 
 
 def coverage(cv: float, seeds: int, confidence: float) -> dict[str, list[int]]:

@@ -9,7 +9,7 @@ import sys
 # Subcommand -> module that registers it with `register(subparsers)`. Only the chosen subcommand's module is
 # imported, so light commands (the stand-in server, run-point) do not pay for pandas and matplotlib.
 SUBCOMMANDS = {
-    "plan": "ddsweep.config.plan",
+    "plan": "ddsweep.adaptive.cli",
     "validate": "ddsweep.config.study",
     "preflight": "ddsweep.point.preflight",
     "run-point": "ddsweep.point.run",
@@ -19,8 +19,8 @@ SUBCOMMANDS = {
     "summarize": "ddsweep.analysis.summarize",
     "bundle": "ddsweep.analysis.bundle",
     "status": "ddsweep.analysis.status",
-    "select": "ddsweep.analysis.screening",
-    "funnel": "ddsweep.analysis.screening",
+    "select": "ddsweep.adaptive.cli",
+    "funnel": "ddsweep.adaptive.cli",
     "merge-launches": "ddsweep.point.launches",
     "reference-hosts": "ddsweep.config.reference",
 }

@@ -19,6 +19,7 @@ ALLOWED = {
     "coding": {"storage", "config", "console"},
     "point": {"storage", "config", "bench", "coding", "console"},
     "analysis": {"storage", "config", "coding"},
+    "adaptive": {"storage", "config", "bench", "analysis"},
     "sim": {"storage", "config", "bench", "coding"},
     "cli": set(),  # loads subcommand modules by name only (importlib), never by import statement
     "__main__": {"cli"},

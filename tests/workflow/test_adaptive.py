@@ -14,7 +14,7 @@ import pytest
 import yaml
 from conftest import copy_workflow, venv_env
 
-from ddsweep.config.stages import refine_candidates
+from ddsweep.adaptive.refinement import refine_candidates
 from ddsweep.config.study import load_config
 
 CONFIGS = ("--configfile", ".test/config.yaml", ".test/adaptive.yaml", "no_coding.yaml")

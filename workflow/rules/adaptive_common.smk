@@ -1,10 +1,10 @@
 # Functions of the adaptive study's rules (workflow/rules/adaptive.smk; docs/adaptive.md).
 from pathlib import Path
 
-from ddsweep.config.stages import (
+from ddsweep.adaptive.refinement import resolve_point
+from ddsweep.adaptive.stages import (
     confirm_launches,
     confirm_record,
-    resolve_point,
     screen_record,
     settle_launches,
 )

@@ -10,7 +10,7 @@ from snakemake.utils import validate
 
 from ddsweep.config.plan import running_points
 from ddsweep.config.reference import reference_enabled, reference_point
-from ddsweep.config.stages import is_adaptive
+from ddsweep.adaptive.stages import is_adaptive
 from ddsweep.config.study import ConfigError, point_record, validate_config
 
 # ddsweep's own check first: its messages name the key and the rule broken; the catalog-style schema

@@ -14,10 +14,10 @@ import yaml
 from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.document import build_summary, jsonable
 from ddsweep.analysis.drift import load_reference_runs
+from ddsweep.analysis.funnel_section import funnel_block
 from ddsweep.analysis.plots import PlotData, write_plots
 from ddsweep.analysis.render import render_markdown
 from ddsweep.analysis.results import load_results
-from ddsweep.analysis.screening import funnel_block
 from ddsweep.analysis.tables import overview_table, write_tables
 from ddsweep.config.study import configured_point_ids
 from ddsweep.storage import write_text_atomic

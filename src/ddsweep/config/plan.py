@@ -4,13 +4,13 @@ Points whose server configuration is identical (same preset, same effective tree
 the tree does not absorb) form an alias group. By default only the group's representative runs (the member
 with the smallest absorbed knobs, e.g. the smallest topk; ties broken by the order of expansion); the others
 are recorded as its aliases. `sweep.run_aliases: true` runs every point. The plan document written with
-`--write` (results/plan.json in the workflow) is described in docs/results-schema.md."""
+`--write` (results/plan.json in the workflow) is described in docs/results-schema.md. The subcommand itself is
+registered by adaptive/cli.py, which adds an adaptive study's stage plan (config imports nothing from adaptive)."""
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +21,7 @@ from ddsweep.config.knobs import (
     effective_tree,
     unverified_knobs,
 )
-from ddsweep.config.study import ConfigError, Point, add_config_arguments, config_from_args, expand_points
-from ddsweep.storage import write_json_atomic
+from ddsweep.config.study import Point, expand_points
 
 PLAN_FORMAT = 1
 
@@ -134,8 +133,9 @@ def plan_document(config: dict) -> dict[str, Any]:
     }
 
 
-def format_plan(config: dict) -> str:
-    """The expanded sweep as a table (knobs, effective tree, group) with counts and a GPU-time estimate."""
+def format_plan(config: dict, strategy_lines: Sequence[str] = ()) -> str:
+    """The expanded sweep as a table (knobs, effective tree, group) with counts and a GPU-time estimate, followed
+    by `strategy_lines` (an adaptive study's stage plan, adaptive/stages.py)."""
     planned = plan_points(config)
     header = (f"{'point':<24} {'preset':<10} {'kind':<7} {'budget':>6} {'topk':>5} {'block':>6} {'window':>7}  "
               f"{'effective tree':<18} {'runs':<5} alias of")
@@ -171,32 +171,7 @@ def format_plan(config: dict) -> str:
               f"per point at {gpus} GPUs per point",
               f"every point: {every['total_min'] / 60:.1f} h of jobs = {every['gpu_hours']:.0f} GPU-hours",
               f"what will run: {runs['total_min'] / 60:.1f} h of jobs = {runs['gpu_hours']:.0f} GPU-hours"]
-    from ddsweep.config.stages import format_stage_plan  # stages imports this module
-
-    lines += format_stage_plan(config)
+    lines += strategy_lines
     if config["simulated"]:
         lines.append("SIMULATED: the launcher is the stand-in server; no GPU is used")
     return "\n".join(lines)
-
-
-def _run_plan(args: argparse.Namespace) -> int:
-    """`ddsweep plan`: print the plan, and write it as JSON with --write."""
-    try:
-        config = config_from_args(args)
-    except ConfigError as exc:
-        print(f"ddsweep plan: {exc}", file=sys.stderr)
-        return 2
-    if args.write:
-        write_json_atomic(args.write, plan_document(config))
-    print(format_plan(config))
-    return 0
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the `plan` subcommand."""
-    text = "print the expanded sweep, effective trees, alias groups and a GPU-time estimate"
-    parser = subparsers.add_parser("plan", help=text, description=text)
-    add_config_arguments(parser)
-    parser.add_argument("--write", metavar="FILE", help="also write the plan as JSON (results/plan.json)")
-    parser.set_defaults(func=_run_plan)
-

@@ -5,17 +5,22 @@ from __future__ import annotations
 import pytest
 from conftest import demo_config
 
-from ddsweep.config.plan import benchmark_cells, format_plan, running_points
-from ddsweep.config.stages import (
+from ddsweep.adaptive.refinement import refine_candidates, resolve_point
+from ddsweep.adaptive.stages import (
     confirm_record,
+    format_stage_plan,
     race_bound,
     race_expected,
-    refine_candidates,
-    resolve_point,
     screen_record,
     stage_estimates,
 )
+from ddsweep.config.plan import benchmark_cells, running_points
 from ddsweep.config.study import ConfigError, find_point
+
+
+def stage_plan(config: dict) -> str:
+    """The stage lines `ddsweep plan` prints for `config`."""
+    return "\n".join(format_stage_plan(config))
 
 
 def test_screen_record_runs_only_regime_cells_briefly_without_coding():
@@ -70,10 +75,10 @@ def test_plan_shows_each_stage_next_to_the_grid():
     assert stages["screen"]["points"] == stages["grid"]["points"] == 8
     assert stages["screen"]["worst_min"] < stages["grid"]["worst_min"]
     assert stages["confirm"]["expected_min"] < stages["confirm"]["worst_min"]
-    text = format_plan(config)
+    text = stage_plan(config)
     for label in ("screen", "refine", "confirm", "full grid", "worst case", "expected"):
         assert label in text
-    assert "worst case" not in format_plan(demo_config())
+    assert "worst case" not in stage_plan(demo_config())
 
 
 def test_the_race_cap_bounds_the_worst_case_confirmation():
@@ -85,8 +90,8 @@ def test_the_race_cap_bounds_the_worst_case_confirmation():
     capped, bound, capped_config = worst(1)
     entering = stage_estimates(config)["confirm"]["points"]
     assert no_bound is None and bound < entering
-    assert f"at most {bound} run the later confirmation launches" in format_plan(capped_config)
-    assert "every point entering the confirmation may run every confirmation launch" in format_plan(config)
+    assert f"at most {bound} run the later confirmation launches" in stage_plan(capped_config)
+    assert "every point entering the confirmation may run every confirmation launch" in stage_plan(config)
     # all entering points run the first launch; only `bound` of them the other two and the coding eval
     launch = (uncapped - entering * config["resources"]["estimate"]["coding_min"]) / (3 * entering)
     assert capped == pytest.approx(uncapped - (entering - bound) * (uncapped / entering - launch))
@@ -114,12 +119,12 @@ def test_the_plan_bounds_settling_by_race_keep_per_priority_and_settle_launches(
     default, one, three = settle(), settle(settle_launches=1), settle(settle_launches=3)
     assert one["points"] == 2 * 3  # race_keep 2 for each of the demo's 3 priorities
     assert default["worst_min"] == default["points"] == 0 < one["worst_min"]  # default: no settling
-    plan = format_plan(demo_config(sweep={"strategy": "adaptive"}))
+    plan = stage_plan(demo_config(sweep={"strategy": "adaptive"}))
     assert "settling: none (sweep.screen.settle_launches: 0)" in plan
     assert three["worst_min"] == pytest.approx(3 * one["worst_min"])
     assert settle(race_keep=None, settle_launches=1)["points"] == stage_estimates(demo_config(
         sweep={"strategy": "adaptive"}))["confirm"]["points"]  # without the cap, every point may settle
-    assert "settling: at most 1 launch(es) of the regime cells for at most 6 points" in format_plan(
+    assert "settling: at most 1 launch(es) of the regime cells for at most 6 points" in stage_plan(
         demo_config(sweep={"strategy": "adaptive", "screen": {"settle_launches": 1}}))
 
 
@@ -135,4 +140,4 @@ def test_the_expected_confirmation_counts_race_keep_per_priority_running_the_lat
     assert none is None and cap == 2 + priorities  # the two baselines and one point per priority
     entering = stage_estimates(config)["grid"]["points"]  # every point survives the screening here
     assert cap < entering and capped < uncapped
-    assert f"expected {cap} (race_keep per priority" in format_plan(expected(1)[2])
+    assert f"expected {cap} (race_keep per priority" in stage_plan(expected(1)[2])

@@ -13,19 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import demo_config
 
-from ddsweep.analysis.screening import (
-    Estimate,
-    estimate,
-    funnel,
-    funnel_block,
-    funnel_markdown,
-    race_round,
-    render_funnel,
-    screen_failure,
-    select,
-    select_round,
-    settle_round,
-)
+from ddsweep.adaptive.funnel import funnel, screen_failure
+from ddsweep.adaptive.race import race_round, settle_round
+from ddsweep.adaptive.screening import Estimate, estimate
+from ddsweep.adaptive.selection import select, select_round
+from ddsweep.analysis.funnel_section import funnel_block, funnel_markdown, render_funnel
 
 ADAPTIVE = {"sweep": {"strategy": "adaptive", "screen": {"launch_cv": 0.02}}}
 

@@ -1,0 +1,69 @@
+"""The adaptive study's funnel: how many points entered each stage, why each dropped one was dropped, and the
+GPU time of each stage (results/screen/funnel.json; the summary's section: analysis/funnel_section.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ddsweep.analysis.results import first_line
+
+
+def _status_minutes(paths: list[Path]) -> float:
+    """Total job minutes recorded in status.json / failure.json files."""
+    total = 0.0
+    for path in paths:
+        try:
+            total += float(json.loads(path.read_text(encoding="utf-8")).get("duration_s") or 0) / 60
+        except (OSError, ValueError, TypeError):
+            continue
+    return total
+
+
+def _job_files(directories: list[Path]) -> list[Path]:
+    """The job records (status.json or failure.json) in DIRECTORIES that exist."""
+    return [d / name for d in directories for name in ("status.json", "failure.json") if (d / name).exists()]
+
+
+def screen_failure(directory: Path) -> dict:
+    """Why a screening job left no results: the error kind and one-line reason of its failure.json."""
+    try:
+        record = json.loads((directory / "failure.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"error_kind": "no_results", "reason": f"no status.json or failure.json in {directory}"}
+    return {"error_kind": record.get("error_kind") or "unknown", "reason": first_line(record.get("error")) or ""}
+
+
+def funnel(selection: dict, screen_dir: Path, confirm_dir: Path, gpus: int, launches: int) -> dict:
+    """How many points entered each stage, why each dropped one was dropped, and the GPU time of each stage.
+    Only the jobs of this study count: the confirmed points' `launches` configured launches, the launches of the
+    points the race dropped (`race_launches`) and the listed settling launches, so launch directories left by
+    another study in the same results directory do not."""
+    screen_dir, confirm_dir = Path(screen_dir), Path(confirm_dir)
+    refine = set(selection.get("refine", []))
+    grid_screened = [p for p in selection["screened"] if p not in refine]
+    ran = {**{pid: launches for pid in selection["survivors"]}, **selection.get("race_launches", {})}
+    confirm = [confirm_dir / pid / f"launch-{k}" for pid, n in ran.items() for k in range(n)]
+    settling = [confirm_dir / pid / f"launch-{k}" for pid, ks in selection.get("extra_launches", {}).items()
+                for k in ks]
+    races = [r for r in selection.get("rounds", []) if r["stage"].startswith("confirm")]
+    entered_confirm = races[0]["entered"] if races else len(selection["survivors"])
+    minutes = {"screen": _status_minutes(_job_files([screen_dir / p for p in grid_screened])),
+               "refine": _status_minutes(_job_files([screen_dir / p for p in refine])),
+               "confirm": _status_minutes(_job_files(confirm)),
+               "settle": _status_minutes(_job_files(settling))}
+    return {
+        "stages": {
+            "screen": {"points": len(grid_screened), "job_min": minutes["screen"]},
+            "refine": {"points": len(refine), "job_min": minutes["refine"]},
+            "confirm": {"points": entered_confirm, "job_min": minutes["confirm"]},
+            "settle": {"points": len(selection.get("extra_launches", {})), "job_min": minutes["settle"]},
+        },
+        "rounds": selection.get("rounds", []),
+        "gpus_per_job": gpus,
+        "gpu_hours": {k: v * gpus / 60 for k, v in minutes.items()},
+        "dropped": selection["dropped"], "failed": selection.get("failed", []),
+        "failures": {pid: screen_failure(screen_dir / pid) for pid in selection.get("failed", [])},
+        "best_in_screening": selection.get("best", {}), "survivors": selection["survivors"],
+    }

@@ -1,0 +1,208 @@
+"""The adaptive study's screening statistics: each screened figure with its uncertainty, per regime and priority.
+
+A screening run measures each point once, briefly. Its uncertainty has two parts: the standard error of the
+per-request figures within that one launch, and the variation between server launches, which one launch cannot
+show and which `sweep.screen.launch_cv` states (a relative standard deviation). The selection
+(adaptive/selection.py) compares these figures. See docs/adaptive.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddsweep.adaptive.stages import primary_workload, screen_settings
+from ddsweep.analysis.statistics import t_quantile
+
+LOWER_IS_BETTER = frozenset({"ttft_p50_s", "tpot_p50_s"})
+
+
+@dataclass
+class Estimate:
+    """One screened figure: its value and its relative standard errors within the launch and between launches
+    (the second is shared by every figure of one launch); `df`, the degrees of freedom of the within-launch error
+    (estimated from the requests; 0: taken as known)."""
+
+    value: float
+    within: float
+    launch: float
+    df: int = 0
+
+    @property
+    def rel_se(self) -> float:
+        """The relative standard error of the figure."""
+        return math.hypot(self.within, self.launch)
+
+    def half_width(self, confidence: float) -> float:
+        """Half the width of the figure's band on the log scale: the within-launch error at Student's t quantile
+        (it is estimated from few requests), the between-launch error at the normal one (it is stated)."""
+        z = two_sided_z(confidence)
+        q = t_quantile(0.5 + confidence / 2, self.df) if self.df > 0 else z
+        return math.hypot(q * self.within, z * self.launch)
+
+
+def _request_figure(metric: str, record: dict) -> float | None:
+    """One request's contribution to `metric` (for the within-launch standard error)."""
+    tokens, decode = record.get("completion_tokens"), record.get("decode_s")
+    if metric == "decode_tok_s":
+        return (tokens - 1) / decode if tokens and tokens > 1 and decode else None
+    if metric == "output_throughput_tok_s":
+        e2e = record.get("e2e_s")
+        return tokens / e2e if tokens and e2e else None
+    if metric == "acceptance_length":
+        return record.get("acceptance_length")
+    if metric == "ttft_p50_s":
+        return record.get("ttft_s")
+    if metric == "tpot_p50_s":
+        return decode / (tokens - 1) if tokens and tokens > 1 and decode is not None else None
+    raise ValueError(f"analysis.regimes: unknown metric {metric!r}")
+
+
+def _cell_value(metric: str, records: list[dict]) -> float | None:
+    """The cell's figure, computed as the benchmark's cells.json computes it (docs/results-schema.md)."""
+    if metric == "output_throughput_tok_s":
+        starts = [r["start_ts"] for r in records if r.get("start_ts") is not None]
+        ends = [r["end_ts"] for r in records if r.get("end_ts") is not None]
+        wall = max(ends) - min(starts) if starts and ends else 0
+        return sum(r.get("completion_tokens") or 0 for r in records if not r.get("error")) / wall if wall else None
+    if metric == "acceptance_length":
+        verify = [r for r in records if r.get("spec_verify_ct")]
+        return (sum(r["completion_tokens"] or 0 for r in verify) / sum(r["spec_verify_ct"] for r in verify)
+                if verify else None)
+    values = [v for r in records if (v := _request_figure(metric, r)) is not None]
+    return statistics.median(values) if values else None
+
+
+def estimate(records: list[dict], metric: str, context: int, concurrency: int, launch_cv: float,
+             workload: str | None = None) -> Estimate | None:
+    """The screened figure of one regime cell (of `workload`, when records name one) with its relative standard
+    error, or None when not measured."""
+    cell = [r for r in records if r.get("context") == context and r.get("concurrency") == concurrency
+            and not r.get("warmup") and not r.get("error")
+            and (workload is None or r.get("workload") in (None, workload))]
+    value = _cell_value(metric, cell)
+    if value is None or value <= 0:
+        return None
+    if metric == "output_throughput_tok_s":
+        return Estimate(value, _wall_rel_se(cell, concurrency), launch_cv, max(0, len(cell) - 1))
+    per_request = [v for r in cell if (v := _request_figure(metric, r)) is not None]
+    within = 0.0
+    if len(per_request) > 1 and statistics.fmean(per_request) > 0:
+        within = statistics.stdev(per_request) / statistics.fmean(per_request) / math.sqrt(len(per_request))
+    return Estimate(value, within, launch_cv, max(0, len(per_request) - 1))
+
+
+@functools.cache
+def _normal_max_moments(n: int) -> tuple[float, float]:
+    """Mean and standard deviation of the largest of `n` standard normal draws (numerical integration)."""
+    step, mean, second = 0.002, 0.0, 0.0
+    for i in range(-4000, 4001):
+        x = i * step
+        cdf = 0.5 * (1 + math.erf(x / math.sqrt(2)))
+        density = n * math.exp(-x * x / 2) / math.sqrt(2 * math.pi) * cdf ** (n - 1)
+        mean += x * density * step
+        second += x * x * density * step
+    return mean, math.sqrt(max(0.0, second - mean * mean))
+
+
+def _wall_rel_se(cell: list[dict], concurrency: int) -> float:
+    """The relative standard error of a throughput cell's figure (tokens over the cell's wall time). Each wave of
+    C requests lasts as long as its slowest request, so the wall time varies as the largest of C request times
+    (normal approximation), not as their mean: with C=32 about twice the standard error of the mean. The slowest
+    request is one of the longest, and every point generates the same lengths for the same prompts (decoding is
+    lossless), so the spread that counts is that of the longest requests' time per output token (of every
+    request's when fewer than two share the longest length), not the spread of lengths that end of sequence
+    brings."""
+    timed = [r for r in cell if r.get("e2e_s") and r.get("completion_tokens")]
+    longest = max((r["completion_tokens"] for r in timed), default=0)
+    group = [r for r in timed if r["completion_tokens"] == longest]
+    per_token = [r["e2e_s"] / r["completion_tokens"] for r in (group if len(group) > 1 else timed)]
+    if len(per_token) < 2:
+        return 0.0
+    mean, sd = statistics.fmean(per_token), statistics.stdev(per_token)
+    top_mean, top_sd = _normal_max_moments(max(1, min(concurrency, len(per_token))))
+    waves = max(1.0, len(timed) / max(1, concurrency))
+    return math.sqrt(waves) * sd * top_sd / (waves * (mean + sd * top_mean))
+
+
+def combine(estimates: list[Estimate]) -> Estimate | None:
+    """One figure from several launches of a point: the geometric mean of the launches' figures; its within-launch
+    error is the launches' errors pooled, and the between-launch error shrinks with the square root of the number
+    of launches."""
+    if not estimates:
+        return None
+    n = len(estimates)
+    value = math.exp(statistics.fmean(math.log(e.value) for e in estimates))
+    within = math.sqrt(sum(e.within ** 2 for e in estimates)) / n
+    return Estimate(value, within, estimates[0].launch / math.sqrt(n), sum(e.df for e in estimates))
+
+
+def regime_scores(config: dict, launches: dict[str, list[list[dict]]]) -> dict[str, dict[str, Estimate]]:
+    """Per regime, each point's figure over its launches (higher is better: lower-is-better metrics inverted)."""
+    launch_cv = screen_settings(config)["launch_cv"]
+    out: dict[str, dict[str, Estimate]] = {}
+    for regime in config.get("analysis", {}).get("regimes", []):
+        metric, scores = regime["metric"], {}
+        for pid, runs in launches.items():
+            est = combine([e for records in runs
+                           if (e := estimate(records, metric, regime["context"], regime["concurrency"], launch_cv,
+                                             primary_workload(config))) is not None])
+            if est is not None:
+                value = 1.0 / est.value if metric in LOWER_IS_BETTER else est.value
+                scores[pid] = Estimate(value, est.within, est.launch, est.df)
+        out[regime["name"]] = scores
+    return out
+
+
+def priority_scores(config: dict, per_regime: dict[str, dict[str, Estimate]]) -> dict[str, dict[str, Estimate]]:
+    """Per priority, each point's weighted geometric mean of its regime figures relative to each regime's best,
+    the summary's priority score (docs/statistics.md), for the points measured in every regime the priority weighs.
+    On the log scale the errors add with the weights; the launch's part is one factor shared by every regime."""
+    out = {}
+    for name, weights in config.get("analysis", {}).get("priorities", {}).items():
+        used = {r: w for r, w in weights.items() if w > 0 and per_regime.get(r)}
+        if not used:
+            continue
+        tops = {r: max(e.value for e in per_regime[r].values()) for r in used}
+        total = sum(used.values())
+        common = set.intersection(*(set(per_regime[r]) for r in used))
+        scores = {}
+        for pid in common:
+            parts = [(w / total, per_regime[r][pid], tops[r]) for r, w in used.items()]
+            value = math.exp(sum(f * math.log(e.value / top) for f, e, top in parts))
+            within = math.sqrt(sum((f * e.within) ** 2 for f, e, _ in parts))
+            launch = sum(f * e.launch for f, e, _ in parts)  # one launch: the same factor in every regime
+            scores[pid] = Estimate(value, within, launch, min(e.df for _, e, _ in parts))
+        out[name] = scores
+    return out
+
+
+def load_launch(directory: Path) -> list[dict] | None:
+    """The measured requests of one job directory (DIRECTORY/bench/requests.jsonl), or None when the job did not
+    complete (no status.json) or recorded no requests."""
+    path = Path(directory) / "bench" / "requests.jsonl"
+    if not (Path(directory) / "status.json").exists() or not path.exists():
+        return None
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def load_screen(screen_dir: Path, point_ids: list[str]) -> tuple[dict[str, list[list[dict]]], list[str]]:
+    """Per point, its screening launch's requests (SCREEN_DIR/<id>/), as a list of one launch; and the points
+    whose screening did not complete."""
+    found, failed = {}, []
+    for pid in point_ids:
+        records = load_launch(Path(screen_dir) / pid)
+        if records is None:
+            failed.append(pid)
+        else:
+            found[pid] = [records]
+    return found, failed
+
+
+def two_sided_z(confidence: float) -> float:
+    """The two-sided normal quantile of `confidence`."""
+    return statistics.NormalDist().inv_cdf(0.5 + confidence / 2)

@@ -1,0 +1,179 @@
+"""The adaptive study's selection: which screened points could still be the best.
+
+Per regime and per priority, a point is dropped only when the band of its relative difference to the best point
+lies entirely below `sweep.screen.tolerance`; every other point survives, together with the `ar` and DFlash
+baselines. The same selection runs again after each confirmation launch but the last (the race,
+adaptive/race.py), on every launch of each point so far, and there keeps at most `sweep.screen.race_keep` of the
+remaining points per regime and priority, the best by their figures so far. See docs/adaptive.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddsweep.adaptive.refinement import refine_candidates
+from ddsweep.adaptive.screening import Estimate, load_screen, priority_scores, regime_scores, two_sided_z
+from ddsweep.adaptive.stages import baseline_ids, screen_settings
+
+
+@dataclass
+class Verdict:
+    """Why a point was dropped: the comparison that excluded it."""
+
+    point_id: str
+    where: str
+    relative: float
+    low: float
+    high: float
+    best: str
+    level: float
+    rank: int = 0
+    kept: int = 0
+
+    @property
+    def reason(self) -> str:
+        """A sentence such as '−18% vs best at latency (bs8-b8-t4-w2048), band −21%…−15% (±1.64 se)', with the
+        point's rank when the race's cap, not the band, dropped it. The band is the selection rule's, not a
+        confidence interval: the best is chosen from the same data (docs/adaptive.md)."""
+        text = (f"{_pct(self.relative)} vs best at {self.where} ({self.best}), "
+                f"band {_pct(self.low)}…{_pct(self.high)} (±{two_sided_z(self.level):.2f} se)")
+        return text + (f"; ranked {self.rank} there, and the race keeps {self.kept}" if self.rank else "")
+
+
+@dataclass
+class Selection:
+    """The outcome of one selection round."""
+
+    screened: list[str]
+    survivors: list[str]
+    dropped: dict[str, str]
+    best: dict[str, str]
+    refine: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    rounds: list[dict] = field(default_factory=list)
+    settle: list[str] | None = None
+    extra_launches: dict[str, list[int]] = field(default_factory=dict)
+    race_launches: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        """The record written to results/screen/*.json and results/confirm/race-*.json (docs/results-schema.md);
+        a race round's also lists `race_launches`, a settling round's `settle` and `extra_launches`."""
+        record = {"screened": self.screened, "survivors": self.survivors, "dropped": self.dropped,
+                  "best": self.best, "refine": self.refine, "failed": self.failed, "rounds": self.rounds}
+        if self.race_launches:
+            record["race_launches"] = self.race_launches
+        if self.settle is not None:
+            record.update(settle=self.settle, extra_launches=self.extra_launches)
+        return record
+
+
+def _pct(x: float) -> str:
+    """A relative difference as a signed percentage with a real minus sign."""
+    return f"{x * 100:+.0f}%".replace("-", "\u2212")
+
+
+def bands(scores: dict[str, Estimate], where: str, confidence: float) -> list[Verdict]:
+    """Every point's relative difference to the best of `scores` with its band, ±√(h_p² + h_best²) on the log
+    scale, h each figure's half width at `confidence` (z·se, the within-launch part at Student's t), best first,
+    then by figure."""
+    if not scores:
+        return []
+    ranked = sorted(scores, key=lambda p: (scores[p].value, p), reverse=True)
+    best, top = ranked[0], scores[ranked[0]]
+    out = []
+    for pid in ranked:
+        diff = math.log(scores[pid].value / top.value)
+        width = math.hypot(scores[pid].half_width(confidence), top.half_width(confidence))
+        out.append(Verdict(pid, where, math.expm1(diff), math.expm1(diff - width), math.expm1(diff + width),
+                           best, confidence))
+    return out
+
+
+def _compare(scores: dict[str, Estimate], where: str, confidence: float, dropped: dict[str, Verdict],
+             tolerance: float = 0.0, keep_at_most: int | None = None) -> str | None:
+    """Drop from `scores` every point whose band of the relative difference to the best lies below +`tolerance`
+    (clearly worse, or at most a near-tie), then, with `keep_at_most`, every remaining point ranked below that
+    many; returns the best point.
+    (Bonferroni-adjusted bands gave no more correct recommendations in benchmarks/bench_adaptive.py on the
+    62-job grid, 27 vs 28 of 30, and confirmed about 1.7 times as many.)"""
+    ranked = bands(scores, where, confidence)
+    remaining = 0
+    for verdict in ranked:
+        if verdict.point_id != verdict.best and verdict.high < tolerance:
+            dropped[verdict.point_id] = verdict
+            continue
+        remaining += 1
+        if keep_at_most and remaining > keep_at_most:
+            verdict.rank, verdict.kept = remaining, keep_at_most
+            dropped[verdict.point_id] = verdict
+    return ranked[0].best if ranked else None
+
+
+def select(config: dict, launches: dict[str, list[list[dict]]], where: str = "", race: bool = False) -> Selection:
+    """Keep, per regime and priority, every point that could still be the best (in a `race` round at most
+    `sweep.screen.race_keep` of them), plus the baselines. `launches` holds per point the request records of each
+    of its launches (screening, then confirmation launches).
+
+    A point survives if some regime or priority keeps it; its reason for being dropped is its worst comparison
+    (prefixed with `where`, the stage that dropped it)."""
+    settings = screen_settings(config)
+    keep_at_most = settings.get("race_keep") if race else None
+    per_regime = regime_scores(config, launches)
+    verdicts: dict[str, dict[str, Verdict]] = {}
+    best: dict[str, str] = {}
+    for name, scores in per_regime.items():
+        dropped: dict[str, Verdict] = {}
+        top = _compare(scores, f"{name}", settings["confidence"], dropped, settings["tolerance"], keep_at_most)
+        if top:
+            best[f"regime:{name}"] = top
+        verdicts[f"regime:{name}"] = dropped
+    for name, scores in priority_scores(config, per_regime).items():
+        dropped = {}
+        top = _compare(scores, f"priority {name}", settings["confidence"], dropped, settings["tolerance"],
+                       keep_at_most)
+        if top:
+            best[f"priority:{name}"] = top
+        verdicts[f"priority:{name}"] = dropped
+    always = set(baseline_ids(config))
+    survivors, reasons = [], {}
+    for pid in launches:
+        excluded = [v[pid] for v in verdicts.values() if pid in v]
+        if pid in always or len(excluded) < len(verdicts) or not verdicts:
+            survivors.append(pid)
+        else:
+            reasons[pid] = where + max(excluded, key=lambda v: v.high).reason
+    return Selection(screened=list(launches), survivors=survivors, dropped=reasons, best=best)
+
+
+def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous: dict | None) -> Selection:
+    """Round 1 (previous None): select among the configured points and list refinement points around the
+    screening's best points (`sweep.refine_around: best`) or all its survivors. Final round: select again among
+    round-1 survivors and the refinement points."""
+    candidates = point_ids if previous is None else list(dict.fromkeys([*previous["survivors"],
+                                                                         *previous["refine"]]))
+    requests, failed = load_screen(screen_dir, candidates)
+    selection = select(config, requests)
+    selection.failed = failed
+    stage = {"stage": "screen" if previous is None else "refine", "entered": len(candidates),
+             "kept": len(selection.survivors)}
+    if previous is None:
+        around = (selection.survivors if config["sweep"].get("refine_around") == "survivors"
+                  else sorted(set(selection.best.values())))
+        selection.refine = [p.point_id for p in refine_candidates(config, around)]
+        selection.rounds = [stage]
+    else:
+        carry_over(previous, selection, stage)
+    return selection
+
+
+def carry_over(previous: dict, selection: Selection, stage: dict) -> None:
+    """A later round's record keeps the earlier rounds': screened, dropped and failed points, the refinement
+    points, the launches of the points the race dropped and the rounds, with this round's added."""
+    selection.race_launches = {**previous.get("race_launches", {}), **selection.race_launches}
+    selection.dropped = {**previous["dropped"], **selection.dropped}
+    selection.screened = list(dict.fromkeys([*previous["screened"], *selection.screened]))
+    selection.failed = list(dict.fromkeys([*previous.get("failed", []), *selection.failed]))
+    selection.refine = list(previous.get("refine", []))
+    selection.rounds = [*previous.get("rounds", []), stage]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -185,18 +184,14 @@ def test_launcher_missing_fails_at_once_with_a_hint(tmp_path):
         run_point(record, tmp_path / "ar")
 
 
-def test_real_server_without_sglang_or_gpu_fails_at_once_with_a_hint(tmp_path):
+def test_real_server_without_sglang_fails_at_once_with_a_hint(tmp_path):
     record = demo_record("ar", **NO_CODING)
     record["simulated"] = False
     record["engine"]["launcher"] = [sys.executable, "-m", "sglang.launch_server"]
-    if importlib.util.find_spec("sglang") is None:
-        missing = "SGLang is not installed"
-    elif shutil.which("nvidia-smi") is None:
-        missing = "no NVIDIA GPU found"
-    else:
-        pytest.skip("this machine has SGLang and a GPU")
+    if importlib.util.find_spec("sglang") is not None:
+        pytest.skip("this interpreter has SGLang (no GPU tool is required: AMD and CPU builds have no nvidia-smi)")
     started = time.monotonic()
-    with pytest.raises(PointFailed, match=f"{missing}.*snakemake --cores all --configfile .test"):
+    with pytest.raises(PointFailed, match="SGLang is not installed.*snakemake --cores all --configfile .test"):
         run_point(record, tmp_path / "ar")
     assert time.monotonic() - started < 10
     assert not (tmp_path / "ar" / "server.log").exists(), "no server may be started"

@@ -1,5 +1,5 @@
-"""run-point's exit status and terminal marker: configuration failures are results (done.json, exit 0), a signal
-from outside is an interruption (no done.json, exit 143) even when it reached the server at the same moment."""
+"""run-point's exit status and terminal marker: a signal from outside is an interruption (no done.json, exit 143)
+even when it reached the server at the same moment (configuration results: tests/point/test_failure_classes.py)."""
 
 from __future__ import annotations
 
@@ -17,15 +17,6 @@ from test_lifecycle import NO_CODING, owned_processes_of_port
 def _run_point(record: dict, out, done) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "ddsweep", "run-point", "--record", json.dumps(record), "--out",
                              str(out), "--done", str(done)], stderr=subprocess.PIPE, text=True)
-
-
-def test_a_configuration_failure_is_recorded_in_done_json_and_exits_zero(tmp_path):
-    record = demo_record("ar", sim_args=["--sim-fault", "exit-during-startup"], **NO_CODING)
-    proc = _run_point(record, tmp_path / "p", tmp_path / "p" / "done.json")
-    assert proc.wait(timeout=60) == 0, proc.stderr.read()
-    done = json.loads((tmp_path / "p" / "done.json").read_text())
-    assert done["status"] == "failed" and done["error_kind"] == "startup_exit"
-    assert done["reason"].startswith("the server exited with code 1 during startup") and "\n" not in done["reason"]
 
 
 def test_sigterm_to_run_point_and_server_at_once_mid_benchmark_is_an_interruption(tmp_path):

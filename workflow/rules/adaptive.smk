@@ -44,10 +44,10 @@ rule screen_point:
     resources:
         **point_job_resources(),
     params:
-        record=lambda wildcards: json.dumps(screen_record(STUDY, adaptive_point(wildcards)), sort_keys=True),
+        record=lambda wildcards: record_json(screen_record(STUDY, adaptive_point(wildcards))),
         outdir=lambda wildcards: f"results/screen/{wildcards.apoint}",
     shell:
-        "ddsweep run-point --record {params.record:q} --out {params.outdir} --done {output.done} > {log} 2>&1 "
+        'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --out {params.outdir} --done {output.done} > {log} 2>&1 '
         "|| (tail -n 30 {log} >&2; exit 1)"
 
 
@@ -100,13 +100,12 @@ rule confirm_launch:
     resources:
         **point_job_resources(),
     params:
-        record=lambda wildcards: json.dumps(
-            confirm_record(STUDY, adaptive_point(wildcards), int(wildcards.launch)),
-            sort_keys=True,
+        record=lambda wildcards: record_json(
+            confirm_record(STUDY, adaptive_point(wildcards), int(wildcards.launch))
         ),
         outdir=lambda wildcards: f"results/confirm/{wildcards.apoint}/launch-{wildcards.launch}",
     shell:
-        "ddsweep run-point --record {params.record:q} --out {params.outdir} --done {output.done} > {log} 2>&1 "
+        'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --out {params.outdir} --done {output.done} > {log} 2>&1 '
         "|| (tail -n 30 {log} >&2; exit 1)"
 
 

@@ -8,18 +8,20 @@ import yaml
 from snakemake.cli import get_profile_dir
 from snakemake.utils import validate
 
+from ddsweep.config.operational import OPERATIONAL_KEYS, measurement_record, operational_settings
 from ddsweep.config.plan import running_points
 from ddsweep.config.reference import reference_enabled, reference_point
 from ddsweep.adaptive.stages import is_adaptive
 from ddsweep.config.study import ConfigError, point_record, validate_config
 
-# ddsweep's own check first: its messages name the key and the rule broken; the catalog-style schema
-# validation then fills in the schema's defaults.
+# ddsweep's own check first: its messages name the key and the rule broken, and STUDY, which every rule reads,
+# has the schema's defaults filled. The catalog-style schema validation follows without filling defaults itself:
+# Snakemake's filler cannot skip a section the schema allows to be null (`baselines: {dflash: null}`).
 try:
     STUDY = validate_config(config)
 except ConfigError as error:
     raise WorkflowError(f"bad configuration: {error}") from None
-validate(config, schema="../schemas/config.schema.yaml")
+validate(config, schema="../schemas/config.schema.yaml", set_default=False)
 
 # Only the points that run: of points with the same server configuration, the representative (aliases are
 # recorded in results/plan.json), unless sweep.run_aliases is true.
@@ -105,9 +107,29 @@ def point_done_files():
     return expand("results/points/{point}/done.json", point=list(POINTS))
 
 
+# The operational settings of every point job (timeouts, the coding sandbox's isolation; config/operational.py)
+# reach `ddsweep run-point` through the environment, not params: changing them reruns no completed point. As an
+# ancient() file input, its rewriting would make Snakemake skip the params check of every job downstream.
+os.environ["DDSWEEP_OPERATIONS"] = json.dumps(operational_settings(STUDY), sort_keys=True)
+
+
+envvars:
+    "DDSWEEP_OPERATIONS",
+
+
+def record_json(record):
+    """A point job's record param: its measurement-defining part only, as JSON (a change reruns the job)."""
+    return json.dumps(measurement_record(record), sort_keys=True)
+
+
 def point_record_json(wildcards):
-    """Everything one point's job needs, as JSON: a change to it reruns that point only."""
-    return json.dumps(point_record(STUDY, POINTS[wildcards.point]), sort_keys=True)
+    """What defines one point's measurement, as JSON: a change to it reruns that point only."""
+    return record_json(point_record(STUDY, POINTS[wildcards.point]))
+
+
+def engine_definition():
+    """The engine settings that define a server (engine.presets and the operational keys aside)."""
+    return {k: v for k, v in STUDY["engine"].items() if k != "presets" and k not in OPERATIONAL_KEYS["engine"]}
 
 
 def knob(name):

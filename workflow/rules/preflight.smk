@@ -34,7 +34,7 @@ rule preflight:
     params:
         definition=lambda wildcards: json.dumps(
             {
-                "engine": {k: v for k, v in STUDY["engine"].items() if k != "presets"},
+                "engine": engine_definition(),
                 "preset": server_preset(STUDY["engine"]["presets"][wildcards.preset]),
                 "target": STUDY["target"],
                 "drafter": STUDY["drafter"],

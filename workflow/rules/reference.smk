@@ -46,8 +46,8 @@ rule reference_run:
         # on the host it measures, instead of the study's resources.nodelist
         **point_job_resources(slurm_extra=lambda wildcards: slurm_extra_flags(nodelist=wildcards.host)),
     params:
-        record=lambda wildcards: json.dumps(reference_record(STUDY, REFERENCE), sort_keys=True),
+        record=lambda wildcards: record_json(reference_record(STUDY, REFERENCE)),
         outdir=lambda wildcards: f"results/reference/end-{wildcards.host}",
     shell:
-        "ddsweep run-point --record {params.record:q} --out {params.outdir} --done {output.done} > {log} 2>&1 "
+        'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --out {params.outdir} --done {output.done} > {log} 2>&1 '
         "|| (tail -n 30 {log} >&2; exit 1)"

@@ -411,6 +411,7 @@ def point_record(config: dict, point: Point) -> dict:
         "drafter": config["drafter"],
         "engine": {k: v for k, v in config["engine"].items() if k != "presets"},
         "preset": server_preset(preset),
+        "failure_patterns": preset.get("failure_patterns") or {},
         "benchmark": config["benchmark"],
         "coding_eval": config["coding_eval"],
         # only for multi-node points, so that single-node records (and their Snakemake params) stay as they were

@@ -22,8 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from ddsweep.config.knobs import KNOBS
+from ddsweep.config.operational import with_operations
 from ddsweep.config.study import DEMO_HINT, ConfigError, find_point, load_config, point_record
 from ddsweep.point.environment import collect_environment
+from ddsweep.point.failures import Classification, classify, previous_failure, record_digest
+from ddsweep.point.gpus import check_gpus
 from ddsweep.point.lifecycle import (
     ManagedServer,
     ServerError,
@@ -37,10 +40,6 @@ from ddsweep.point.multinode import group_spec, is_multinode
 from ddsweep.storage import write_json_atomic
 
 PORT_ATTEMPTS = 3
-# Failures that are not a result of the point's configuration: the job fails (and is retried) instead of
-# recording a terminal outcome. `config`: the launcher, SGLang or the GPU is missing on this machine; `io`: the
-# results could not be written; `interrupted`: a signal from outside (time limit, preemption, scancel).
-NOT_A_RESULT = ("config", "io", "interrupted")
 
 
 class PointFailed(RuntimeError):
@@ -49,6 +48,12 @@ class PointFailed(RuntimeError):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+        self.classification: Classification | None = None
+
+    @property
+    def is_result(self) -> bool:
+        """Whether the failure is a configuration result (done.json) rather than the machine's (retried)."""
+        return self.classification is not None and self.classification.is_result
 
 
 class Interrupted(BaseException):
@@ -104,9 +109,17 @@ def check_local_engine(record: dict, command: list[str]) -> None:
     if module.startswith("sglang") and not _can_import_sglang(program):
         raise PointFailed("config", f"SGLang is not installed for {program!r} (engine.launcher); install it "
                           "or point engine.launcher at the Python of your SGLang build; " + DEMO_HINT)
-    if shutil.which("nvidia-smi") is None:
-        raise PointFailed("config", "no NVIDIA GPU found on this machine (nvidia-smi is not on PATH); a real "
-                          "server needs one; " + DEMO_HINT)
+
+
+def check_gpus_free(out_dir: Path, progress: Callable[[str], None]) -> None:
+    """Fail as infrastructure (`gpus_busy`) when another process computes on the GPUs this job was given; the
+    check and its tool (or why it was skipped) are kept in gpu_check.json."""
+    check = check_gpus(os.environ)
+    write_json_atomic(out_dir / "gpu_check.json", check.as_dict())
+    if check.note:
+        progress(f"GPU check {check.note}")
+    if check.busy:
+        raise PointFailed("gpus_busy", check.describe())
 
 
 def _archive_previous_attempt(out_dir: Path) -> None:
@@ -139,6 +152,8 @@ def _start_server(record: dict, out_dir: Path, run: PointRun, progress: Callable
         spec = render_server(record, find_free_port(host))
         if attempt == 1:
             check_local_engine(record, spec.command)
+            if not record.get("simulated"):
+                check_gpus_free(out_dir, progress)
         if is_multinode(record):
             spec = group_spec(record, spec.port, out_dir)
         write_json_atomic(out_dir / "point.json", {
@@ -236,6 +251,19 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
     _archive_previous_attempt(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     run = PointRun(point_id=record["point_id"], simulated=bool(record.get("simulated")))
+    prior = previous_failure(out_dir)
+    digest = record_digest(record)
+
+    def failed(exc: PointFailed) -> PointFailed:
+        """Classify the failure and write failure.json with its class, attempt and record digest."""
+        log_path = out_dir / "server.log"
+        log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
+        exc.classification = classify(exc.kind, log_text, record.get("failure_patterns") or {}, digest, prior)
+        attempt = int(prior.get("attempt") or 1) + 1 if prior else 1
+        write_json_atomic(out_dir / "failure.json", run.record(
+            "failed", error_kind=exc.kind, error=str(exc), failure_class=exc.classification.failure_class,
+            classified_by=exc.classification.why, attempt=attempt, record_sha256=digest))
+        return exc
     received: list[str] = []
     previous = _install_signal_handlers(received)
     server: ManagedServer | None = None
@@ -260,22 +288,20 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
                 killed = server.stop()
                 run.steps["stop"] = "ok" if not killed else f"killed {len(killed)} process(es) that ignored SIGTERM"
     except PointFailed as exc:
-        if received and exc.kind not in NOT_A_RESULT:
+        if received and exc.kind != "interrupted":
             message = (f"interrupted by {received[0]}; the server was stopped and the point is incomplete (rerun "
                        f"it); what failed after the signal: {exc.kind}: {exc}")
-            write_json_atomic(out_dir / "failure.json", run.record("failed", error_kind="interrupted", error=message))
-            raise PointFailed("interrupted", message) from None
-        write_json_atomic(out_dir / "failure.json", run.record("failed", error_kind=exc.kind, error=str(exc)))
-        raise
+            raise failed(PointFailed("interrupted", message)) from None
+        raise failed(exc) from None
     except Interrupted as exc:
         message = f"interrupted by {exc}; the server was stopped and the point is incomplete (rerun it)"
-        write_json_atomic(out_dir / "failure.json", run.record("failed", error_kind="interrupted", error=message))
-        raise PointFailed("interrupted", message) from None
+        raise failed(PointFailed("interrupted", message)) from None
     except OSError as exc:
-        message = f"could not write results under {out_dir}: {exc}"
+        error = PointFailed("io", f"could not write results under {out_dir}: {exc}")
         with contextlib.suppress(OSError):
-            write_json_atomic(out_dir / "failure.json", run.record("failed", error_kind="io", error=message))
-        raise PointFailed("io", message) from exc
+            failed(error)
+        error.classification = error.classification or classify("io", "", {}, digest, None)
+        raise error from exc
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -289,6 +315,8 @@ def _run_point_command(args: argparse.Namespace) -> int:
     try:
         if args.record:
             record = json.loads(args.record)
+            if args.operations_json:
+                record = with_operations(record, json.loads(args.operations_json))
         else:
             config = load_config(*args.config)
             record = point_record(config, find_point(config, args.point))
@@ -301,10 +329,15 @@ def _run_point_command(args: argparse.Namespace) -> int:
     except PointFailed as exc:
         print(f"ddsweep run-point: point {record['point_id']} FAILED ({exc.kind}): {exc}\n"
               f"  details: {out_dir / 'failure.json'}; server log: {out_dir / 'server.log'}", file=sys.stderr)
-        if args.done and exc.kind not in NOT_A_RESULT:
+        if exc.classification is not None:
+            print(f"  {exc.classification.failure_class}: {exc.classification.why}", file=sys.stderr)
+        if args.done and exc.is_result:
             write_json_atomic(args.done, done_record(record["point_id"], "failed", exc.kind, str(exc)))
             print(f"  recorded as a result of the study in {args.done}", file=sys.stderr)
             return 0
+        if args.done:
+            print("  failed-infrastructure: not recorded as a result; Snakemake retries the point "
+                  "(resources.retries), and the next invocation runs it again", file=sys.stderr)
         return 143 if exc.kind == "interrupted" else 1
     if args.done:
         write_json_atomic(args.done, done_record(record["point_id"], "ok"))
@@ -327,6 +360,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--point", help="point id from the configuration (with --config)")
     source.add_argument("--record", help="the point's record as JSON (what the workflow passes)")
+    parser.add_argument("--operations-json", metavar="JSON",
+                        help="with --record: the study's operational settings (timeouts, sandbox isolation), which "
+                             "the workflow keeps out of the record so that changing them reruns no point")
     parser.add_argument("--config", "-c", nargs="+", default=["config/config.yaml"], help="configuration file(s)")
     parser.add_argument("--out", help="output directory (default results/points/POINT)")
     parser.add_argument("--done", metavar="FILE",

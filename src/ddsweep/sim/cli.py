@@ -9,6 +9,7 @@ Both add `--sim-*` flags for its timing model, seed, fault injection and strictn
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import os
 import random
@@ -16,6 +17,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from ddsweep.config.knobs import KNOBS
@@ -104,6 +106,8 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
                      help="seed of the launch's draw (default: a fresh random seed per launch, logged)")
     sim.add_argument("--sim-fault", action="append", default=[], metavar="KIND[:ARG]",
                      help=f"inject a fault (repeatable): {', '.join(FAULT_KINDS)}")
+    sim.add_argument("--sim-state-dir", default=None, metavar="DIR",
+                     help="where faults that span launches (never-healthy-first:N) count this configuration's launches")
 
 
 def parse_faults(specs: list[str]) -> list[Fault]:
@@ -256,6 +260,17 @@ def main(args: argparse.Namespace) -> int:
         log(f"ValueError: {exc} [simulated]")
         return 2
     settings.contract = contract
+    if settings.fault("refuse-flags"):
+        # what SGLang's argument parser prints for a flag its build does not know, with its exit code
+        log("launch_server.py: error: unrecognized arguments: "
+            f"{settings.fault('refuse-flags').arg or '--speculative-ddtree-budget'} [simulated fault refuse-flags]")
+        return 2
+    flaky = settings.fault("never-healthy-first")
+    if flaky:
+        launch = count_launch(args.sim_state_dir, settings)
+        if launch <= int(flaky.arg or 1):
+            log(f"launch {launch} of this configuration never becomes healthy [simulated fault never-healthy-first]")
+            settings.faults.append(Fault("never-healthy"))
     settings.launch_command = " ".join(argv)  # SGLang records its argv joined by spaces
     log(f"Stand-in contract: {contract.label()} [simulated]")
     fields = ", ".join(f"{k}={v!r}" for k, v in settings.server_args.items() if v is not None)
@@ -277,6 +292,19 @@ def main(args: argparse.Namespace) -> int:
             for member in members:
                 member.close()
     return run(settings)
+
+
+def count_launch(state_dir: str | None, settings: SimSettings) -> int:
+    """This launch's number (1, 2, ...) among the launches of the same configuration (model and applied knobs),
+    counted in a file under `state_dir`, which a fault spanning launches needs."""
+    if not state_dir:
+        raise SystemExit("--sim-fault never-healthy-first needs --sim-state-dir")
+    key = hashlib.sha256(f"{settings.model_path}|{settings.knobs}".encode()).hexdigest()[:16]
+    path = Path(state_dir) / f"launches-{key}.count"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = int(path.read_text() or 0) + 1 if path.exists() else 1
+    path.write_text(str(count))
+    return count
 
 
 def join_group(address: str, nnodes: int, rank: int, timeout_s: float = 120.0) -> list[socket.socket]:

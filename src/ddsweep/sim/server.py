@@ -45,7 +45,8 @@ from ddsweep.sim.model import (
 EOS_TOKEN_ID = 151645
 CONTEXT_LENGTH = 262144
 FAULT_KINDS = ("exit-during-startup", "never-healthy", "crash-after", "hang", "error-rate", "malformed-rate",
-               "cut-stream-rate", "ignore-sigterm", "slow-shutdown", "spawn-child", "ignore-knob", "lossy")
+               "cut-stream-rate", "ignore-sigterm", "slow-shutdown", "spawn-child", "ignore-knob", "lossy",
+               "refuse-flags", "never-healthy-first")
 LOG_EVERY_STEPS = 40
 # The meta_info keys SGLang 0.5.23 copies into an OpenAI response's sglext.spec_tokens_details.
 SPEC_DETAIL_KEYS = ("spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",

@@ -1,0 +1,49 @@
+"""Every documented "null or absent" form of a setting (config/README.md) goes through the workflow, not only
+through `ddsweep validate`: a dry run builds the DAG with it, and the points it leaves out do not run."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from conftest import copy_workflow
+from test_workflow import scheduled_jobs, snakemake
+
+# Every setting config/README.md documents as taking null, each null at once, in an overlay on the demo.
+NULLS = {
+    "drafter": {"trained_window": None, "trained_block_size": None},
+    "baselines": {"dflash": None},
+    "sweep": {"reference": {"point": None}, "screen": {"race_keep": None}},
+    "benchmark": {"requests_per_cell": None, "cell_order_seed": None, "request_rate": None,
+                  "workloads": [{"name": "coding", "kind": "coding", "path": None, "max_new_tokens": None,
+                                 "contexts": None, "concurrency": None}]},
+    "coding_eval": {"limit": None, "task_ids": None, "retry_truncated_max_tokens": None},
+    "resources": {"partition": None, "slurm_extra": None, "exclusive": None, "constraint": None, "nodelist": None},
+}
+
+
+def _points_scheduled(workdir, *configfiles: str) -> dict[str, int]:
+    result = snakemake(workdir, "-n", "--cores", "1", "--configfile", *configfiles)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return scheduled_jobs(result.stdout + result.stderr)
+
+
+@pytest.mark.slow
+def test_every_documented_null_in_an_overlay_builds_the_workflow_without_the_dflash_baseline(tmp_path):
+    workdir = copy_workflow(tmp_path / "wf")
+    (workdir / "nulls.yaml").write_text(yaml.safe_dump(NULLS))
+    jobs = _points_scheduled(workdir, ".test/config.yaml", "nulls.yaml")
+    # the demo's 8 points without dflash-bs8-w2048
+    assert jobs["run_point"] == 7 and jobs["summarize"] == 1, jobs
+
+
+@pytest.mark.slow
+def test_absent_dflash_baseline_and_absent_grid_build_the_workflow(tmp_path):
+    workdir = copy_workflow(tmp_path / "wf")
+    for name in ("config/config.yaml", ".test/config.yaml"):
+        config = yaml.safe_load((workdir / name).read_text())
+        config["baselines"].pop("dflash", None)
+        config["sweep"].pop("grid", None)
+        (workdir / name).write_text(yaml.safe_dump(config, sort_keys=False))
+    jobs = _points_scheduled(workdir, ".test/config.yaml")
+    # ar and the demo's four explicit points, of which one is an alias that does not run
+    assert jobs["run_point"] == 4, jobs

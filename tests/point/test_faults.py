@@ -22,12 +22,15 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 from conftest import ROOT, demo_record
 
 from ddsweep import storage
+from ddsweep.analysis.operations import failed_points_caveat
+from ddsweep.analysis.results import load_results
 from ddsweep.point import run as runpoint
 from ddsweep.point.lifecycle import ManagedServer, find_free_port, owned_processes
 from ddsweep.point.run import PointFailed, run_point
@@ -333,6 +336,32 @@ def test_failed_requests_above_the_threshold_fail_the_point_naming_the_cell(tmp_
     cells = json.loads((outcome.out / "bench" / "cells.json").read_text())["cells"]
     assert [c["failed"] for c in cells] == [4]
     assert len(outcome.lines()) == 5
+
+
+def test_a_cell_over_the_threshold_makes_a_partial_point_whose_other_cells_are_used(tmp_path, servers):
+    # one request in four fails (the stand-in's seeded draws); no failure allowed: some cells fail, not all
+    record = faulty("ar", ["--sim-fault", "error-rate:0.25"],
+                    bench(contexts=[128, 256], requests_per_cell=4, repeats=2, max_failure_fraction=0.0))
+    outcome = run_faulty(record, tmp_path / "points" / "ar", servers, "error-rate:0.25 (max_failure_fraction 0)")
+    assert outcome.kind is None, outcome.message
+    cells = json.loads((outcome.out / "bench" / "cells.json").read_text())["cells"]
+    failed = [c for c in cells if c.get("cell_failed")]
+    assert 0 < len(failed) < len(cells) == 4, [(c["failed"], c["requests"]) for c in cells]
+    assert all(c["failed"] > 0 and "requests failed (allowed fraction 0)" in c["failure_reason"] for c in failed)
+    status = json.loads((outcome.out / "status.json").read_text())
+    assert [(c["context"], c["repeat"]) for c in status["failed_cells"]] == [(c["context"], c["repeat"])
+                                                                              for c in failed]
+    results = load_results(tmp_path)
+    point = results.point("ar")
+    assert point.shown_status == "partial" and results.ok_points() == [point]
+    used = set(zip(results.cells["context"], results.cells["repeat"], strict=True))
+    assert used == {(c["context"], c["repeat"]) for c in cells if not c.get("cell_failed")}
+    assert results.points_frame().set_index("point_id").loc["ar", "status"] == "partial"
+    row = results.failures_frame().set_index("point_id").loc["ar"]
+    assert row["error_kind"] == "failed_cells" and f"ctx={failed[0]['context']}" in row["reason"]
+    items = failed_points_caveat(SimpleNamespace(results=results))["items"]
+    assert items == [f"`ar` **partial**: failed cell(s), not used: {row['reason']}; its other cells count in every "
+                     "regime they serve"]
 
 
 # --------------------------------------------------------------------------- shutdown and leftovers

@@ -1,5 +1,6 @@
 """Failures as results: a study with one point per server fault of the stand-in still writes its summary, tables
-and bundle, naming each failed point, its kind and why; the failed points are not rerun by the next invocation."""
+and bundle, naming each failed point, its kind and why; the failed points are not rerun by the next invocation.
+Infrastructure failures are retried, and a point whose failure persists is run again by the next invocation."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from conftest import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# preset name -> (stand-in fault flags, the error kind the point must record)
+# preset name -> (stand-in fault flags, the error kind the point must record). Each is a configuration result:
+# refused flags at once (the preset's pattern), the others when they happen again on the retry.
 FAULTS = {
     "fexit": (["exit-during-startup"], "startup_exit"),
-    "funhealthy": (["never-healthy"], "startup_timeout"),
+    "frefuse": (["refuse-flags"], "startup_exit"),
     "fcrash": (["crash-after:3"], "server_crash"),
     "fhang": (["hang"], "bench_failures"),
     "fhttp": (["error-rate:1.0"], "bench_failures"),
@@ -30,11 +32,12 @@ FAULTS = {
 }
 
 
-def _study() -> dict:
+def _study(faults_of: dict | None = None) -> dict:
     """Demo overrides: one healthy grid point, the baselines and one point per faulty preset, a tiny benchmark."""
     presets = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["engine"]["presets"]
     faulty = {}
-    for name, (faults, _) in FAULTS.items():
+    faults_of = FAULTS if faults_of is None else faults_of
+    for name, (faults, _) in faults_of.items():
         args = list(presets["ddtree"]["args"])
         for fault in faults:
             args += ["--sim-fault", fault]
@@ -46,7 +49,7 @@ def _study() -> dict:
         "engine": {"presets": faulty, "startup_timeout_s": 6, "launcher": [*launcher, "--sim-strict", "off"]},
         "sweep": {"grid": {"budget": [4], "topk": [2], "block_size": [8], "window": [2048]},
                   "points": [{"preset": name, "budget": 8, "topk": 4, "block_size": 8, "window": 2048}
-                             for name in FAULTS]},
+                             for name in faults_of]},
         "benchmark": {"contexts": [128], "concurrency": [1], "max_new_tokens": 16, "requests_per_cell": 4,
                       "repeats": 1, "warmup_requests": 1, "request_timeout_s": 3},
         "coding_eval": {"enabled": False},
@@ -75,7 +78,7 @@ def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables
     assert {p: r["error_kind"] for p, r in rows.items()} == failed
     assert all(r["reason"] and "\n" not in r["reason"] for r in rows.values())
     assert "the server exited with code 1 during the benchmark" in rows["fcrash-bs8-b8-t4-w2048"]["reason"]
-    assert "did not become healthy within 6 s" in rows["funhealthy-bs8-b8-t4-w2048"]["reason"]
+    assert "the server exited with code 2 during startup" in rows["frefuse-bs8-b8-t4-w2048"]["reason"]
     for point, kind in failed.items():
         done = json.loads((workdir / "results/points" / point / "done.json").read_text())
         assert done["status"] == "failed" and done["error_kind"] == kind, done
@@ -99,6 +102,66 @@ def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables
     assert leftover.stdout == b""
     again = _snakemake(workdir, "-n")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_infrastructure_failures_are_retried_and_a_persistent_one_runs_again_next_time(tmp_path):
+    # flaky: never healthy on its first two launches, healthy on the third (within resources.retries: 2);
+    # down: never healthy at all; frefuse: refuses its flags (a configuration result, not rerun).
+    study = _study({"flaky": (["never-healthy-first:2"], None), "down": (["never-healthy"], None),
+                    "frefuse": (["refuse-flags"], None)})
+    study["engine"]["presets"]["flaky"]["args"] += ["--sim-state-dir", str(tmp_path / "standin-state")]
+    study["engine"]["startup_timeout_s"] = 3
+    study["baselines"] = {"dflash": None}
+    study["resources"] = {"retries": 2}
+    workdir = copy_workflow(tmp_path / "study")
+    (workdir / "faults.yaml").write_text(yaml.safe_dump(study))
+    first = _snakemake(workdir, "--keep-going")
+    assert first.returncode != 0  # the point that never starts fails its job after the retries
+    points = workdir / "results/points"
+    flaky = points / "flaky-bs8-b8-t4-w2048"
+    assert json.loads((flaky / "status.json").read_text())["status"] == "ok", first.stderr[-3000:]
+    earlier = sorted((flaky / "attempts").iterdir())
+    assert [json.loads((d / "failure.json").read_text())["error_kind"] for d in earlier] == ["startup_timeout"] * 2
+    assert json.loads((flaky / "done.json").read_text())["status"] == "ok"
+    down = points / "down-bs8-b8-t4-w2048"
+    failure = json.loads((down / "failure.json").read_text())
+    assert failure["failure_class"] == "infrastructure" and failure["attempt"] == 3, failure
+    assert not (down / "done.json").exists()
+    refused = json.loads((points / "frefuse-bs8-b8-t4-w2048" / "failure.json").read_text())
+    assert refused["failure_class"] == "configuration" and refused["attempt"] == 1, refused
+    assert not (points / "dflash-bs8-w2048").exists()
+    again = _snakemake(workdir, "-n")
+    assert "down-bs8-b8-t4-w2048" in again.stdout and "rule run_point" in again.stdout
+    assert again.stdout.count("rule run_point:") == 1, again.stdout[-3000:]
+
+    # Without the point that never starts, the study completes from what it has: nothing else reruns.
+    study["sweep"]["points"] = [p for p in study["sweep"]["points"] if p["preset"] != "down"]
+    (workdir / "faults.yaml").write_text(yaml.safe_dump(study))
+    second = _snakemake(workdir)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "rule run_point:" not in second.stdout
+    rows = {r["point_id"]: r for r in csv.DictReader((workdir / "results/tables/points.csv").open())}
+    assert rows["flaky-bs8-b8-t4-w2048"]["status"] == "ok"
+    assert rows["frefuse-bs8-b8-t4-w2048"]["status"] == "failed"
+
+    # Operational settings rerun no point; a setting that defines the measurement reruns every point.
+    operational = {**study, "engine": {**study["engine"], "startup_timeout_s": 600, "shutdown_timeout_s": 20},
+                   "benchmark": {**study["benchmark"], "request_timeout_s": 30},
+                   "coding_eval": {"enabled": False, "isolation": "rlimits-only", "require_isolation": False,
+                                   "exec_timeout_s": 20},
+                   "resources": {"retries": 5, "runtime_min": 30}}
+    (workdir / "faults.yaml").write_text(yaml.safe_dump(operational))
+    dry = _snakemake(workdir, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "rule run_point:" not in dry.stdout and "rule preflight:" not in dry.stdout, dry.stdout[-3000:]
+    assert "rule summarize:" in dry.stdout  # the study's record changed: only the aggregation reruns
+    measured = {**study, "benchmark": {**study["benchmark"], "contexts": [256]}}
+    measured["analysis"] = {"regimes": [{**r, "context": 256} for r in study["analysis"]["regimes"]]}
+    (workdir / "faults.yaml").write_text(yaml.safe_dump(measured))
+    dry = _snakemake(workdir, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert dry.stdout.count("rule run_point:") == len(rows) == 4, dry.stdout[-3000:]
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ddsweep.analysis.decisions import Decisions, ratio_text
-from ddsweep.analysis.results import failure_patterns, first_line
+from ddsweep.analysis.results import failed_cells_text, failure_patterns, first_line
 
 
 def failed_points_caveat(d: Decisions) -> dict[str, Any]:
@@ -15,6 +15,8 @@ def failed_points_caveat(d: Decisions) -> dict[str, Any]:
     bad = [p for p in points if p.status != "ok"]
     items = [f"`{p.point_id}` **{p.status}**{f' ({p.error_kind})' if p.error_kind else ''}: {first_line(p.error)}"
              + (f" — file problems: {'; '.join(p.issues)}" if p.issues else "") for p in bad]
+    items += [f"`{p.point_id}` **partial**: failed cell(s), not used: {failed_cells_text(p)}; its other cells "
+              "count in every regime they serve" for p in points if p.shown_status == "partial"]
     block: dict[str, Any] = {"kind": "failed_points", "title": "Failed, malformed and incomplete points",
                              "items": items, "text": None if items else "None: every point completed."}
     patterns = failure_patterns(points)

@@ -103,6 +103,12 @@ class PointRecord:
     workloads: list[dict[str, Any]] = field(default_factory=list)  # cells.json `workloads` (stopping rules)
     unverified: list[dict[str, Any]] = field(default_factory=list)  # verification.json `unverified` knobs
     off_target_cells: list[dict[str, Any]] = field(default_factory=list)  # cells whose prompts missed the context
+    failed_cells: list[dict[str, Any]] = field(default_factory=list)  # a partial point's failed cells (not used)
+
+    @property
+    def shown_status(self) -> str:
+        """The status tables and the summary show: `partial` for a completed point with failed cells."""
+        return "partial" if self.status == "ok" and self.failed_cells else self.status
 
     def knobs(self) -> dict[str, int | None]:
         """Return the four knobs as a dict (None where a knob does not apply or the window is off)."""
@@ -160,7 +166,7 @@ class ResultSet:
             engine = p.environment.get("engine") if isinstance(p.environment.get("engine"), dict) else {}
             rows.append({
                 "point_id": p.point_id, "kind": p.kind, "preset": p.preset, **p.knobs(),
-                **_tree_columns(self.plan.get(p.point_id)), "status": p.status,
+                **_tree_columns(self.plan.get(p.point_id)), "status": p.shown_status,
                 "error_kind": p.error_kind, "simulated": p.simulated,
                 "gpu_name": gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None,
                 "gpu_count": p.environment.get("gpu_count"),
@@ -177,13 +183,14 @@ class ResultSet:
 
     def failures_frame(self) -> pd.DataFrame:
         """Return one row per point that did not complete: its kind, knobs, error kind and a one-line reason."""
-        rows = [{"point_id": p.point_id, "kind": p.kind, "preset": p.preset, **p.knobs(), "status": p.status,
-                 "error_kind": p.error_kind, "reason": first_line(p.error),
+        rows = [{"point_id": p.point_id, "kind": p.kind, "preset": p.preset, **p.knobs(), "status": p.shown_status,
+                 "error_kind": p.error_kind or ("failed_cells" if p.failed_cells else None),
+                 "reason": first_line(p.error) or failed_cells_text(p),
                  "step": next((k for k, v in p.outcome.get("steps", {}).items() if v == "started"), None)
                  if isinstance(p.outcome.get("steps"), dict) else None,
                  "duration_s": p.outcome.get("duration_s"), "host": p.outcome.get("host"),
                  "slurm_job_id": p.outcome.get("slurm_job_id"), "simulated": p.simulated}
-                for p in self.points if p.status != "ok"]
+                for p in self.points if p.shown_status != "ok"]
         return _frame(rows, FAILURE_COLUMNS)
 
     def jobs_frame(self) -> pd.DataFrame:
@@ -223,6 +230,14 @@ def failure_patterns(points: list[PointRecord]) -> list[str]:
                                      + ", ".join(p.point_id for p in inside))
                     break
     return sentences
+
+
+def failed_cells_text(point: PointRecord) -> str | None:
+    """The failed cells of a partial point in one line, e.g. `coding ctx=128 C=32 repeat 0 (9 of 32 failed)`."""
+    if not point.failed_cells:
+        return None
+    return "; ".join(f"{c.get('workload')} ctx={c.get('context')} C={c.get('concurrency')} repeat {c.get('repeat')}"
+                     f" ({c.get('failed')} of {c.get('requests')} requests failed)" for c in point.failed_cells)
 
 
 def first_line(text: str | None) -> str | None:
@@ -401,6 +416,7 @@ def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, li
         simulated_flags.append(bool(cells.get("simulated")))
         record.off_target_cells = [c for c in cells.get("cells") or []
                                    if isinstance(c, dict) and c.get("prompt_tokens_off_target")]
+        record.failed_cells = [c for c in cells.get("cells") or [] if isinstance(c, dict) and c.get("cell_failed")]
 
     requests = _read_jsonl(directory / "bench" / "requests.jsonl", issues)
     measured = any(not r.get("warmup") for r in requests)
@@ -436,11 +452,21 @@ def _cell_rows(record: PointRecord, cells: dict[str, Any] | None, requests: list
         if len(cell_rows) < len(cells.get("cells") or []):
             record.issues.append("bench/cells.json: a cell without a context was skipped")
     record.workloads = cells.get("workloads") if cells and isinstance(cells.get("workloads"), list) else []
+    # A failed cell of a partial point enters no figure; its other cells count.
+    failed = {(c.get("workload", ""), c.get("context"), c.get("concurrency"), c.get("repeat"))
+              for c in record.failed_cells}
+    cell_rows = [r for r in cell_rows if _cell_key(r) not in failed]
+    request_rows = [r for r in request_rows if _cell_key(r) not in failed]
     primary = primary_workload(record, cell_rows)
     # The decisions compare points on the primary (first configured) workload; every workload's cells stay
     # in the requests frame for acceptance per workload.
     return ([{**base, **row} for row in cell_rows if row.get("workload", "") == primary],
             [{"point_id": record.point_id, **row} for row in request_rows])
+
+
+def _cell_key(row: dict[str, Any]) -> tuple:
+    """(workload, context, concurrency, repeat) of a cell or request row."""
+    return row.get("workload", ""), row.get("context"), row.get("concurrency"), row.get("repeat")
 
 
 def primary_workload(record: PointRecord, cell_rows: list[dict[str, Any]]) -> str:

@@ -59,7 +59,8 @@ class BenchSettings:
 
 
 class BenchmarkError(RuntimeError):
-    """A cell had more failed requests than allowed (raised after the result files are written)."""
+    """The benchmark cannot go on: a cell whose every request failed, or prompts that could not be built (raised
+    after the result files are written). A cell with some but too many failed requests is marked `failed`."""
 
 
 # --------------------------------------------------------------------------- the run
@@ -190,7 +191,7 @@ async def _run_async(url: str, requests_path: Path, cells_path: Path, settings: 
     order_seed = settings.cell_order_seed if settings.cell_order_seed is not None else secrets.randbelow(2**31)
     config = asdict(settings)
     doc: dict[str, Any] = {"simulated": simulated, "config": config, "cell_order_seed": order_seed,
-                           "workloads": [], "cells": [], "groups": []}
+                           "workloads": [], "cells": [], "groups": [], "failed_cells": []}
     try:
         plan = plan_cells(settings, order_seed)
     except WorkloadError as exc:
@@ -289,10 +290,16 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
                      f"rep={cell.repeat}: {done['completed']}/{done['requests']} ok, {tput:.1f} tok/s")
             if done["requests"] and done["failed"] > settings.max_failure_fraction * done["requests"]:
                 errors = sorted({r.error for r in recs if r.error})
-                raise BenchmarkError(
-                    f"{workload.name} cell context={context} concurrency={conc} repeat={cell.repeat}: "
-                    f"{done['failed']} of {done['requests']} requests failed "
-                    f"(allowed fraction {settings.max_failure_fraction:g}); errors: {'; '.join(errors[:3])}")
+                reason = (f"{workload.name} cell context={context} concurrency={conc} repeat={cell.repeat}: "
+                          f"{done['failed']} of {done['requests']} requests failed (allowed fraction "
+                          f"{settings.max_failure_fraction:g}); errors: {'; '.join(errors[:3])}")
+                if done["failed"] == done["requests"]:  # the server answers nothing: the point cannot go on
+                    raise BenchmarkError(reason)
+                # A partial point: this cell is failed, the others (and the regimes they serve) still count.
+                done.update(cell_failed=True, failure_reason=reason)
+                doc["failed_cells"] = [c for c in doc["cells"] if c.get("cell_failed")]
+                storage.write_json_atomic(cells_path, doc)
+                progress(f"cell FAILED, the point goes on without it: {reason}")
     finally:
         reporter_task.cancel()
         tokenizer.close()

@@ -70,6 +70,7 @@ class PointRun:
     started: float = field(default_factory=time.monotonic)
     steps: dict[str, str] = field(default_factory=dict)
     startup_s: float | None = None
+    failed_cells: list[dict] = field(default_factory=list)  # a partial point's failed benchmark cells
 
     def record(self, status: str, **extra: Any) -> dict:
         """The status.json / failure.json record."""
@@ -77,7 +78,7 @@ class PointRun:
                 "started_utc": self.started_utc,
                 "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "duration_s": round(time.monotonic() - self.started, 3), "startup_s": self.startup_s,
-                "steps": dict(self.steps), **job_placement(), **extra}
+                "steps": dict(self.steps), "failed_cells": list(self.failed_cells), **job_placement(), **extra}
 
 
 def job_placement() -> dict[str, Any]:
@@ -222,10 +223,12 @@ def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun
     bench = record["benchmark"]
     settings = BenchSettings(**{k: v for k, v in bench.items() if k in BenchSettings.__dataclass_fields__})
     try:
-        run_benchmark(server.spec.url, out_dir / "bench", settings, simulated=run.simulated, progress=progress)
+        doc = run_benchmark(server.spec.url, out_dir / "bench", settings, simulated=run.simulated, progress=progress)
     except BenchmarkError as exc:
         raise _crash_or(server, "benchmark", "bench_failures", str(exc)) from exc
     _check_alive(server, "benchmark")
+    run.failed_cells = [{key: cell.get(key) for key in ("workload", "context", "concurrency", "repeat",
+                                                         "failure_reason")} for cell in doc.get("failed_cells", [])]
 
 
 def _coding_eval(record: dict, server: ManagedServer, out_dir: Path, run: PointRun,
@@ -342,7 +345,9 @@ def _run_point_command(args: argparse.Namespace) -> int:
     if args.done:
         write_json_atomic(args.done, done_record(record["point_id"], "ok"))
     label = " [SIMULATED]" if status["simulated"] else ""
-    print(f"point {record['point_id']} done in {status['duration_s']:.1f} s{label}: {out_dir}", file=sys.stderr)
+    partial = f", PARTIAL: {len(status['failed_cells'])} failed cell(s)" if status["failed_cells"] else ""
+    print(f"point {record['point_id']} done in {status['duration_s']:.1f} s{partial}{label}: {out_dir}",
+          file=sys.stderr)
     return 0
 
 

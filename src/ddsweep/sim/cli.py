@@ -267,7 +267,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     flaky = settings.fault("never-healthy-first")
     if flaky:
-        launch = count_launch(args.sim_state_dir, settings)
+        launch = count_launch(known.sim_state_dir, settings)
         if launch <= int(flaky.arg or 1):
             log(f"launch {launch} of this configuration never becomes healthy [simulated fault never-healthy-first]")
             settings.faults.append(Fault("never-healthy"))

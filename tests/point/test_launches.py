@@ -72,6 +72,11 @@ def test_failed_launches_are_left_out_and_listed(tmp_path):
     status = merge_launches(launches, out)
     cells = json.loads((out / "bench" / "cells.json").read_text())
     assert [c["output_throughput_tok_s"] for c in cells["cells"]] == [100.0, 90.0]
+    # launch 2 stays repeat 2 (paired with launch 2 of the other points), not renumbered to 1
+    assert [c["repeat"] for c in cells["cells"]] == [0, 2]
+    records = [json.loads(line) for line in (out / "bench" / "requests.jsonl").read_text().splitlines()]
+    assert sorted({(r["repeat"], r["launch"]) for r in records}) == [(0, 0), (2, 2)]
+    assert [e["launch"] for e in json.loads((out / "launches.json").read_text())["launches"]] == [0, 2]
     assert status["launches"] == 2 and (out / "status.json").exists()
     failed = json.loads((out / "launches.json").read_text())["failed_launches"]
     assert [f["failure"]["error_kind"] for f in failed] == ["server_crash"]

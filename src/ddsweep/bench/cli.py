@@ -89,13 +89,18 @@ def main(args: argparse.Namespace) -> int:
     simulated = detect_simulated(args.url)
 
     progress = ProgressLine()
-    status = 0
     try:
         doc = _arun(_run_async(args.url, requests_path, out, settings, simulated, progress))
-    except BenchmarkError as exc:
+    except (BenchmarkError, httpx.HTTPError, OSError) as exc:
         progress.close()
-        print(f"error: {exc}", file=sys.stderr)
-        doc, status = storage.read_json(out), 1
+        what = str(exc) if isinstance(exc, BenchmarkError) else f"{type(exc).__name__}: {exc}"
+        print(f"ddsweep bench: the benchmark against {args.url} failed: {what}", file=sys.stderr)
+        if out.exists():  # the cells finished before the failure
+            print(format_table(storage.read_json(out)))
+            print(f"(cells finished before the failure: {out}; requests: {requests_path})", file=sys.stderr)
+        return 1
     progress.close()
     print(format_table(doc))
-    return status
+    for cell in doc.get("failed_cells") or []:
+        print(f"failed cell (left out of the figures): {cell['failure_reason']}", file=sys.stderr)
+    return 0

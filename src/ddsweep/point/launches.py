@@ -33,11 +33,16 @@ def _read_json(path: Path) -> dict:
         raise MergeError(f"cannot read {path}: {exc}") from exc
 
 
+def launch_number(directory: Path) -> int:
+    """k of a launch directory `launch-<k>`."""
+    return int(Path(directory).name.rsplit("-", 1)[-1])
+
+
 def merge_launches(launch_dirs: list[Path], out_dir: Path) -> dict:
     """Write OUT_DIR as one point whose repeats are its completed launches; returns its status record (written
     last). Launches that failed are listed in launches.json; when none completed, the point failed: OUT_DIR
     gets the first launch's failure.json and the status record says so (`status: failed`)."""
-    launch_dirs = sorted((Path(d) for d in launch_dirs), key=lambda d: int(d.name.rsplit("-", 1)[-1]))
+    launch_dirs = sorted((Path(d) for d in launch_dirs), key=launch_number)
     if not launch_dirs:
         raise MergeError("no launch directories given")
     failed = [d for d in launch_dirs if not (d / "status.json").exists()]
@@ -62,7 +67,10 @@ def merge_launches(launch_dirs: list[Path], out_dir: Path) -> dict:
         shutil.copytree(coding, out_dir / "coding")
     cells_doc: dict | None = None
     lines: list[str] = []
-    for k, directory in enumerate(launch_dirs):
+    # Launch k is repeat k whatever launches failed: repeats are paired across points by their index (the same
+    # prompts in launch k of every point), so a completed launch keeps its own number.
+    for directory in launch_dirs:
+        k = launch_number(directory)
         doc = _read_json(directory / "bench" / "cells.json")
         for cell in doc["cells"]:
             cell["repeat"] = k
@@ -82,9 +90,9 @@ def merge_launches(launch_dirs: list[Path], out_dir: Path) -> dict:
     write_json_atomic(out_dir / "bench" / "cells.json", cells_doc)
     write_json_atomic(out_dir / "launches.json", {
         "point_id": statuses[0]["point_id"], "simulated": any(s.get("simulated") for s in statuses),
-        "launches": [{"launch": k, "dir": str(d), "status": s,
+        "launches": [{"launch": launch_number(d), "dir": str(d), "status": s,
                       "environment": _read_json(d / "environment.json") if (d / "environment.json").exists() else None}
-                     for k, (d, s) in enumerate(zip(launch_dirs, statuses, strict=True))],
+                     for d, s in zip(launch_dirs, statuses, strict=True)],
         "failed_launches": [{"dir": d, "failure": f} for d, f in failures.items()]})
     status = {**statuses[0], "duration_s": round(sum(s.get("duration_s") or 0 for s in statuses), 3),
               "launches": len(launch_dirs), "simulated": any(s.get("simulated") for s in statuses)}

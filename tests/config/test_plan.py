@@ -14,9 +14,11 @@ import pytest
 import yaml
 from conftest import copy_workflow, demo_config
 
+from ddsweep.adaptive.stages import format_stage_plan, is_adaptive, strategy_choice
 from ddsweep.config.plan import (
     cell_requests,
     cell_share,
+    count_hosts,
     estimate_minutes,
     format_plan,
     plan_document,
@@ -162,3 +164,52 @@ def test_a_cell_has_at_least_c_requests_and_its_time_counts_waves_of_c():
     assert cell_share(1, 8, 32) == 0.25  # 8 of 32 sequential requests
     assert cell_share(32, 8, 32) == 1.0  # one wave of 32 either way
     assert cell_share(16, 16, None) == 0.25  # one wave of the default four
+
+
+def test_a_slurm_host_list_counts_its_hosts():
+    assert count_hosts("gpu[01-04,07],big1") == 6
+    assert count_hosts("node7") == 1
+    assert count_hosts("a[1-2]-b[1-3]") == 6
+
+
+def test_the_plan_on_slurm_counts_the_reference_runs_and_every_start_up(study, tmp_path):
+    out = tmp_path / "plan.json"
+    result = subprocess.run([sys.executable, "-m", "ddsweep", "plan", "-c", "config/config.yaml", "--executor",
+                             "slurm", "--write", str(out)], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    # the reference (ar) runs the primary workload's 2 contexts x 4 concurrencies x 3 repeats once per host: 10 min
+    # start-up + 24 cells x 1.5 min = 46 min, on at most one host per point job (36), at 8 GPUs
+    reference = json.loads(out.read_text())["reference"]
+    assert (reference["enabled"], reference["point"], reference["runs"], reference["per_run_min"]) == (
+        True, "ar", 36, 46.0)
+    assert reference["gpu_hours"] == pytest.approx(36 * 46 * 8 / 60)
+    assert "36 x 46 min = 27.6 h = 221 GPU-hours" in result.stdout
+    assert "launches (server start-ups): 36 point job(s) + 36 reference run(s) = 72" in result.stdout
+    runs = estimate_minutes(study, 36)["total_min"]
+    assert f"total: {(runs + 36 * 46) / 60:.1f} h of jobs" in result.stdout
+    local = format_plan(study)
+    assert "reference runs: off here (sweep.reference.enabled: auto); on Slurm they would add 221 GPU-hours" in local
+    spread = copy.deepcopy(study)
+    spread["resources"]["nodelist"] = "gpu[01-04]"
+    assert plan_document(spread, on_slurm=True)["reference"]["runs"] == 4
+
+
+def test_auto_runs_adaptive_only_when_it_is_expected_to_cost_less_than_the_grid(study):
+    big = copy.deepcopy(study)
+    big["sweep"]["strategy"] = "auto"
+    # few points that are all expected to survive: the screening saves nothing and the confirmation's start-ups
+    # (one per repeat) cost more than the grid's one per point
+    small = small_grid(study)
+    small["sweep"]["grid"] = {"budget": [8], "topk": [4], "block_size": [8, 16], "window": [2048]}
+    small["sweep"]["strategy"] = "auto"
+    small["sweep"]["screen"]["expected_survivors"] = 1.0
+    choices = [strategy_choice(validate_config(c)) for c in (big, small)]
+    for choice in choices:
+        assert choice["chosen"] == ("adaptive" if choice["adaptive_expected_min"] < choice["grid_expected_min"]
+                                    else "grid")
+    assert [c["chosen"] for c in choices] == ["adaptive", "grid"]
+    assert is_adaptive(validate_config(big)) and not is_adaptive(validate_config(small))
+    text = format_plan(validate_config(small), format_stage_plan(validate_config(small)))
+    assert "WARNING: the adaptive study is not expected to be cheaper than the grid here" in text
+    assert "sweep.strategy auto: runs grid" in text
+    assert "WARNING" not in format_plan(validate_config(big), format_stage_plan(validate_config(big)))

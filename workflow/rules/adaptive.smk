@@ -100,9 +100,7 @@ rule confirm_launch:
     resources:
         **point_job_resources(),
     params:
-        record=lambda wildcards: record_json(
-            confirm_record(STUDY, adaptive_point(wildcards), int(wildcards.launch))
-        ),
+        record=lambda wildcards: record_json(confirm_record(STUDY, adaptive_point(wildcards), int(wildcards.launch))),
         outdir=lambda wildcards: f"results/confirm/{wildcards.apoint}/launch-{wildcards.launch}",
     shell:
         'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --out {params.outdir} --done {output.done} > {log} 2>&1 '

@@ -27,9 +27,13 @@ rule plan:
     conda:
         "../../envs/analysis.yaml"
     params:
-        config=lambda wildcards: json.dumps(STUDY, sort_keys=True),
+        config=lambda wildcards: json.dumps(
+            {**STUDY, "sweep": {**STUDY["sweep"], "strategy": CONFIGURED_STRATEGY}},
+            sort_keys=True,
+        ),
+        executor=lambda wildcards: "slurm" if on_slurm() else "local",
     shell:
-        "ddsweep plan --config-json {params.config:q} --write {output} > {log} 2>&1"
+        "ddsweep plan --config-json {params.config:q} --executor {params.executor} --write {output} > {log} 2>&1"
 
 
 rule summarize:

@@ -27,7 +27,11 @@ validate(config, schema="../schemas/config.schema.yaml", set_default=False)
 # recorded in results/plan.json), unless sweep.run_aliases is true.
 POINTS = {point.point_id: point for point in running_points(STUDY)}
 RESOURCES = STUDY["resources"]
+# sweep.strategy auto runs adaptive only when `ddsweep plan` expects it to be cheaper than the grid; the rules
+# see the strategy chosen, results/plan.json records the configured one, the choice and both estimates.
+CONFIGURED_STRATEGY = STUDY["sweep"]["strategy"]
 ADAPTIVE = is_adaptive(STUDY)
+STUDY["sweep"]["strategy"] = "adaptive" if ADAPTIVE else "grid"
 # The point measured again at the end of a grid study on every host that ran points (sweep.reference;
 # workflow/rules/reference.smk), or None.
 REFERENCE = reference_point(STUDY)

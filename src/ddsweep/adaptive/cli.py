@@ -13,7 +13,7 @@ import yaml
 from ddsweep.adaptive.funnel import funnel
 from ddsweep.adaptive.race import race_round
 from ddsweep.adaptive.selection import select_round
-from ddsweep.adaptive.stages import confirm_launches, format_stage_plan, screen_ids
+from ddsweep.adaptive.stages import confirm_launches, format_stage_plan, screen_ids, strategy_choice
 from ddsweep.analysis.funnel_section import render_funnel
 from ddsweep.config.plan import format_plan, plan_document
 from ddsweep.config.study import ConfigError, add_config_arguments, config_from_args
@@ -71,9 +71,10 @@ def _run_plan(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"ddsweep plan: {exc}", file=sys.stderr)
         return 2
+    on_slurm = args.executor == "slurm"
     if args.write:
-        write_json_atomic(args.write, plan_document(config))
-    print(format_plan(config, format_stage_plan(config)))
+        write_json_atomic(args.write, {**plan_document(config, on_slurm), "strategy": strategy_choice(config)})
+    print(format_plan(config, format_stage_plan(config), on_slurm))
     return 0
 
 
@@ -83,6 +84,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("plan", help=text, description=text)
     add_config_arguments(parser)
     parser.add_argument("--write", metavar="FILE", help="also write the plan as JSON (results/plan.json)")
+    parser.add_argument("--executor", choices=["local", "slurm"], default="local",
+                        help="where the study runs: on slurm, sweep.reference.enabled auto schedules the reference "
+                             "runs, which the plan then counts (default local)")
     parser.set_defaults(func=_run_plan)
     parser = subparsers.add_parser("select", help="adaptive study: keep the screened points that could be best",
                                    description=_run_select.__doc__)

@@ -19,8 +19,22 @@ STAGES = ("screen", "refine", "confirm", "settle")  # the adaptive stages, in or
 
 
 def is_adaptive(config: dict) -> bool:
-    """Whether the study uses the adaptive strategy (screen, select, refine, confirm)."""
-    return config.get("sweep", {}).get("strategy", "grid") == "adaptive"
+    """Whether the study uses the adaptive strategy (screen, select, refine, confirm): `adaptive`, or `auto`
+    when the adaptive study's expected job time is below the grid's (strategy_choice)."""
+    strategy = config.get("sweep", {}).get("strategy", "grid")
+    return strategy == "adaptive" or (strategy == "auto" and strategy_choice(config)["chosen"] == "adaptive")
+
+
+def strategy_choice(config: dict) -> dict:
+    """The configured strategy, the one that runs and both expected job times (minutes of point jobs, start-ups
+    included; the grid's reference runs are not counted): `auto` takes adaptive only when it is cheaper."""
+    configured = config["sweep"]["strategy"]
+    stages = stage_estimates(config)
+    adaptive = sum(stages[s]["expected_min"] for s in STAGES)
+    grid = stages["grid"]["expected_min"]
+    chosen = configured if configured != "auto" else ("adaptive" if adaptive < grid else "grid")
+    return {"configured": configured, "chosen": chosen, "adaptive_expected_min": adaptive,
+            "grid_expected_min": grid, "adaptive_cheaper": adaptive < grid}
 
 
 def screen_settings(config: dict) -> dict:
@@ -182,7 +196,7 @@ def race_expected(config: dict) -> int | None:
 
 def format_stage_plan(config: dict) -> list[str]:
     """Plan lines for an adaptive study: each stage's worst-case and expected GPU time next to the grid's."""
-    if not is_adaptive(config):
+    if config["sweep"]["strategy"] == "grid":
         return []
     gpus = config.get("resources", {}).get("gpus", 8)
     stages = stage_estimates(config)
@@ -210,5 +224,12 @@ def format_stage_plan(config: dict) -> list[str]:
     lines.append(f"{'adaptive':<10} {'':>7}  {hours(worst):>25}  {hours(expected):>25}")
     lines.append(f"{'full grid':<10} {stages['grid']['points']:>7}  {hours(stages['grid']['worst_min']):>25}  "
                  f"{hours(stages['grid']['expected_min']):>25}")
+    choice = strategy_choice(config)
+    if not choice["adaptive_cheaper"]:
+        lines.append(f"WARNING: the adaptive study is not expected to be cheaper than the grid here "
+                     f"({hours(expected).strip()} expected against {hours(stages['grid']['expected_min']).strip()})")
+    if choice["configured"] == "auto":
+        lines.append(f"sweep.strategy auto: runs {choice['chosen']} (adaptive only when its expected job time is "
+                     "below the grid's)")
     return lines
 

@@ -10,6 +10,7 @@ registered by adaptive/cli.py, which adds an adaptive study's stage plan (config
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from ddsweep.config.knobs import (
     effective_tree,
     unverified_knobs,
 )
+from ddsweep.config.reference import reference_benchmark, reference_enabled, reference_point
 from ddsweep.config.study import Point, expand_points
 
 PLAN_FORMAT = 1
@@ -110,8 +112,48 @@ def estimate_minutes(config: dict, n_points: int) -> dict[str, float]:
             "gpu_hours": per_point * n_points * gpus / 60, "cells_per_point": cells}
 
 
-def plan_document(config: dict) -> dict[str, Any]:
-    """The plan as plain data (results/plan.json): every point, its tree and group, and the estimates."""
+def count_hosts(nodelist: str) -> int:
+    """The hosts of a Slurm host list such as `gpu[01-04,07],big1` (5 + 1)."""
+    total = 0
+    for name in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", nodelist):
+        count = 1
+        for ranges in re.findall(r"\[([^\]]*)\]", name):
+            count *= sum(int(b) - int(a) + 1 if a else 1 for a, b in
+                         (part.split("-", 1) if "-" in part else ("", part) for part in ranges.split(",")))
+        total += count
+    return total
+
+
+def expected_hosts(config: dict, jobs: int) -> tuple[int, str]:
+    """How many hosts the point jobs are expected to spread over, and where that number comes from."""
+    resources = config["resources"]
+    if resources["estimate"].get("hosts"):
+        return min(resources["estimate"]["hosts"], jobs), "resources.estimate.hosts"
+    if resources.get("nodelist"):
+        return min(count_hosts(resources["nodelist"]), jobs), f"resources.nodelist {resources['nodelist']}"
+    return jobs, "at most one per point job (set resources.estimate.hosts for the cluster's spread)"
+
+
+def reference_estimate(config: dict, on_slurm: bool, jobs: int) -> dict[str, Any]:
+    """The end-of-study reference runs (sweep.reference): one primary-workload matrix per host that ran points,
+    each a launch of its own pinned to its host (`--nodelist`, so it may wait for that node)."""
+    point = reference_point(config)
+    if point is None:
+        return {"enabled": False, "point": None, "runs": 0, "total_min": 0.0, "gpu_hours": 0.0}
+    est = config["resources"]["estimate"]
+    bench = reference_benchmark(config)
+    per_run = est["startup_min"] + len(benchmark_cells(bench)) * bench["repeats"] * est["cell_min"]
+    hosts, source = expected_hosts(config, jobs)
+    runs = hosts if reference_enabled(config, on_slurm) else 0
+    return {"enabled": reference_enabled(config, on_slurm), "configured": config["sweep"]["reference"]["enabled"],
+            "point": point.point_id, "hosts": hosts, "hosts_source": source, "runs": runs, "per_run_min": per_run,
+            "total_min": per_run * runs, "gpu_hours": per_run * runs * config["resources"]["gpus"] / 60,
+            "if_enabled_gpu_hours": per_run * hosts * config["resources"]["gpus"] / 60}
+
+
+def plan_document(config: dict, on_slurm: bool = False) -> dict[str, Any]:
+    """The plan as plain data (results/plan.json): every point, its tree and group, the estimates and the
+    end-of-study reference runs (which run on Slurm when `sweep.reference.enabled` is `auto`)."""
     planned = plan_points(config)
     running = [p for p in planned if p.runs]
     groups: dict[str, list[str]] = {}
@@ -130,12 +172,15 @@ def plan_document(config: dict) -> dict[str, Any]:
                              dict.fromkeys(p.point.preset for p in planned)},
         "estimate": {"all_points": estimate_minutes(config, len(planned)),
                      "running_points": estimate_minutes(config, len(running))},
+        "reference": reference_estimate(config, on_slurm, len(running)),
+        "executor": "slurm" if on_slurm else "local",
     }
 
 
-def format_plan(config: dict, strategy_lines: Sequence[str] = ()) -> str:
-    """The expanded sweep as a table (knobs, effective tree, group) with counts and a GPU-time estimate, followed
-    by `strategy_lines` (an adaptive study's stage plan, adaptive/stages.py)."""
+def format_plan(config: dict, strategy_lines: Sequence[str] = (), on_slurm: bool = False) -> str:
+    """The expanded sweep as a table (knobs, effective tree, group) with counts and a GPU-time estimate (point
+    jobs, their start-ups, the reference runs), followed by `strategy_lines` (an adaptive study's stage plan,
+    adaptive/stages.py)."""
     planned = plan_points(config)
     header = (f"{'point':<24} {'preset':<10} {'kind':<7} {'budget':>6} {'topk':>5} {'block':>6} {'window':>7}  "
               f"{'effective tree':<18} {'runs':<5} alias of")
@@ -149,7 +194,7 @@ def format_plan(config: dict, strategy_lines: Sequence[str] = ()) -> str:
         lines.append(f"{p.point_id:<24} {p.preset:<10} {p.kind:<7} {show(p.budget):>6} {show(p.topk):>5} "
                      f"{show(p.block_size):>6} {window:>7}  {planned_point.tree.describe():<18} "
                      f"{'yes' if planned_point.runs else 'no':<5} {planned_point.alias_of or ''}")
-    document = plan_document(config)
+    document = plan_document(config, on_slurm)
     groups = [g for g in document["groups"] if len(g["members"]) > 1]
     running = sum(p.runs for p in planned)
     lines += ["", f"{len(planned)} points; {document['distinct_server_configurations']} distinct server "
@@ -171,7 +216,31 @@ def format_plan(config: dict, strategy_lines: Sequence[str] = ()) -> str:
               f"per point at {gpus} GPUs per point",
               f"every point: {every['total_min'] / 60:.1f} h of jobs = {every['gpu_hours']:.0f} GPU-hours",
               f"what will run: {runs['total_min'] / 60:.1f} h of jobs = {runs['gpu_hours']:.0f} GPU-hours"]
+    if not strategy_lines:
+        lines += _grid_totals(config, document, running)
     lines += strategy_lines
     if config["simulated"]:
         lines.append("SIMULATED: the launcher is the stand-in server; no GPU is used")
     return "\n".join(lines)
+
+
+def _grid_totals(config: dict, document: dict[str, Any], running: int) -> list[str]:
+    """A grid study's launches and start-ups, its reference runs and the total."""
+    est, gpus = config["resources"]["estimate"], config["resources"]["gpus"]
+    reference, jobs = document["reference"], document["estimate"]["running_points"]
+    launches = running + reference["runs"]
+    lines = [f"launches (server start-ups): {running} point job(s) + {reference['runs']} reference run(s) = "
+             f"{launches}; start-ups {launches * est['startup_min'] / 60:.1f} h = "
+             f"{launches * est['startup_min'] * gpus / 60:.0f} GPU-hours of the total"]
+    if reference["point"] is not None:
+        where = f"{reference['hosts']} host(s): {reference['hosts_source']}"
+        if reference["enabled"]:
+            lines.append(f"reference runs (sweep.reference, `{reference['point']}` again on every host that ran "
+                         f"points, pinned with --nodelist): {reference['runs']} x {reference['per_run_min']:.0f} min "
+                         f"= {reference['total_min'] / 60:.1f} h = {reference['gpu_hours']:.0f} GPU-hours ({where})")
+        else:
+            lines.append(f"reference runs: off here (sweep.reference.enabled: {reference['configured']}); on Slurm "
+                         f"they would add {reference['if_enabled_gpu_hours']:.0f} GPU-hours ({where})")
+    total = jobs["total_min"] + reference["total_min"]
+    lines.append(f"total: {total / 60:.1f} h of jobs = {total * gpus / 60:.0f} GPU-hours")
+    return lines

@@ -357,11 +357,13 @@ def _check_reference(config: dict, points: list[Point]) -> None:
     reference = config["sweep"]["reference"]
     if reference["enabled"] is False:
         return
-    if config["sweep"]["strategy"] == "adaptive":
-        if reference["enabled"] is True:
-            raise ConfigError("sweep.reference.enabled: true needs sweep.strategy: grid; an adaptive study's "
-                              "confirmation already runs every repeat in a fresh server launch, interleaved across "
-                              "points, so it schedules no reference runs (set it to auto or false)")
+    strategy = config["sweep"]["strategy"]
+    if strategy != "grid" and reference["enabled"] is True:
+        raise ConfigError(f"sweep.reference.enabled: true needs sweep.strategy: grid (not {strategy}, which may run "
+                          "adaptive); an adaptive study's confirmation already runs every repeat in a fresh server "
+                          "launch, interleaved across points, so it schedules no reference runs (set it to auto or "
+                          "false)")
+    if strategy == "adaptive":
         return
     ids = [p.point_id for p in points]
     wanted = reference["point"]
@@ -391,7 +393,7 @@ def find_point(config: dict, point_id: str) -> Point:
 
 def configured_point_ids(config: Mapping[str, Any] | None) -> list[str] | None:
     """The point ids of a full study configuration, or None (meaning: every point found) for a partial one."""
-    if not config or "sweep" not in config or config["sweep"].get("strategy") == "adaptive":
+    if not config or "sweep" not in config or config["sweep"].get("strategy") in ("adaptive", "auto"):
         return None  # an adaptive study's confirmed points include refinement points outside the grid
     try:
         return [p.point_id for p in expand_points(validate_config(config))]

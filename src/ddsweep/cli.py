@@ -11,6 +11,7 @@ import sys
 SUBCOMMANDS = {
     "plan": "ddsweep.adaptive.cli",
     "validate": "ddsweep.config.study",
+    "smoke": "ddsweep.config.smoke",
     "preflight": "ddsweep.point.preflight",
     "run-point": "ddsweep.point.run",
     "sim-server": "ddsweep.sim.cli",

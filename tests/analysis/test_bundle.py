@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import re
 import tarfile
 from datetime import datetime, timezone
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from resultsets import simulated_set, write_results
 
-from ddsweep.analysis.bundle import MANIFEST, create_bundle, verify_bundle
+from ddsweep.analysis.bundle import MANIFEST, create_bundle, extract_bundle, verify_bundle
 from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.render import render_decisions
 from ddsweep.analysis.results import load_results
@@ -142,3 +143,50 @@ def test_cli_create_and_verify(study: dict[str, Path], tmp_path: Path, capsys: p
     assert "changed: results/tables/points.csv" in capsys.readouterr().out
     assert main(["bundle", "create", "--study", "bad name", "--results", str(study["results"]), "--reports",
                  str(study["reports"]), "--config", str(study["config"])]) == 1
+
+
+def _bundle(study: dict[str, Path], now: float, **kwargs: object) -> Path:
+    return create_bundle("demo", study["results"], study["reports"], study["config"], now=now, **kwargs)
+
+
+def test_a_second_bundle_stores_only_what_changed_and_verifies_and_extracts_whole(study, tmp_path):
+    first = _bundle(study, NOW)
+    (study["reports"] / "optimization_summary.md").write_text("changed summary\n", encoding="utf-8")
+    second = _bundle(study, NOW + 60)
+    stored_first, stored_second = members(first), members(second)
+    assert "BASE.json" not in stored_first
+    changed = {n for n in stored_second if n not in (MANIFEST, "BASE.json")}
+    assert changed == {"reports/optimization_summary.md"}  # every other file is referenced
+    base = json.loads(stored_second["BASE.json"])
+    assert base == {"bundle": first.name, "manifest_sha256": hashlib.sha256(stored_first[MANIFEST]).hexdigest()}
+    report = verify_bundle(second)
+    assert report.ok and report.checked == len(stored_first) - 1, report
+    top = extract_bundle(second, tmp_path / "out")
+    files = {p.relative_to(top).as_posix(): p.read_bytes() for p in top.rglob("*") if p.is_file()}
+    assert files == {**stored_first, MANIFEST: stored_second[MANIFEST],
+                     "reports/optimization_summary.md": b"changed summary\n"}
+    assert sum(p.stat().st_size for p in (first, second)) < 2 * first.stat().st_size
+
+
+def test_a_bundle_whose_base_is_gone_names_it_and_the_files_it_lacks(study):
+    first = _bundle(study, NOW)
+    (study["reports"] / "optimization_summary.md").write_text("changed\n", encoding="utf-8")
+    second = _bundle(study, NOW + 60)
+    first.unlink()
+    report = verify_bundle(second)
+    assert not report.ok and any(f"base bundle {first.name} is not next to" in p for p in report.problems)
+    assert "results/tables/points.csv" in report.missing and "reports/optimization_summary.md" not in report.missing
+
+
+def test_prune_keeps_the_newest_and_makes_the_oldest_kept_whole(study, tmp_path):
+    paths = []
+    for k in range(3):
+        (study["reports"] / "optimization_summary.md").write_text(f"summary {k}\n", encoding="utf-8")
+        paths.append(_bundle(study, NOW + 60 * k))
+    assert main(["bundle", "prune", "--keep", "2", "--dir", str(paths[0].parent)]) == 0
+    assert [p.exists() for p in paths] == [False, True, True]
+    assert "BASE.json" not in members(paths[1]) and "BASE.json" in members(paths[2])
+    assert len(members(paths[1])) > len(members(paths[2]))  # the kept base stores every file, the newest one
+    assert verify_bundle(paths[1]).ok and verify_bundle(paths[2]).ok
+    assert (extract_bundle(paths[2], tmp_path / "x") / "reports" / "optimization_summary.md").read_text() == \
+        "summary 2\n"

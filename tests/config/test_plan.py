@@ -25,7 +25,7 @@ from ddsweep.config.plan import (
     plan_points,
     running_points,
 )
-from ddsweep.config.study import expand_points, validate_config
+from ddsweep.config.study import expand_points, point_record, validate_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -213,3 +213,16 @@ def test_auto_runs_adaptive_only_when_it_is_expected_to_cost_less_than_the_grid(
     assert "WARNING: the adaptive study is not expected to be cheaper than the grid here" in text
     assert "sweep.strategy auto: runs grid" in text
     assert "WARNING" not in format_plan(validate_config(big), format_stage_plan(validate_config(big)))
+
+
+def test_the_full_humaneval_on_ar_reaches_its_record_and_the_plan(study):
+    config = copy.deepcopy(study)
+    config["coding_eval"].update(limit=20, full_on_ar=True)
+    config = validate_config(config)
+    points = {p.point_id: p for p in expand_points(config)}
+    assert point_record(config, points["ar"])["coding_eval"]["limit"] is None
+    assert point_record(config, points["bs8-b8-t4-w2048"])["coding_eval"]["limit"] == 20
+    extra = 15 * (164 / 20 - 1)  # estimate.coding_min for 20 problems, scaled to 164
+    assert plan_document(config)["full_ar_coding_min"] == pytest.approx(extra)
+    assert f"full HumanEval on ar (coding_eval.full_on_ar): +{extra:.0f} min" in format_plan(config)
+    assert plan_document(study)["full_ar_coding_min"] == 0.0  # limit null: every point answers everything

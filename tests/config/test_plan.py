@@ -222,6 +222,11 @@ def test_the_full_humaneval_on_ar_reaches_its_record_and_the_plan(study):
     points = {p.point_id: p for p in expand_points(config)}
     assert point_record(config, points["ar"])["coding_eval"]["limit"] is None
     assert point_record(config, points["bs8-b8-t4-w2048"])["coding_eval"]["limit"] == 20
+    subset = copy.deepcopy(config)
+    subset["coding_eval"]["full_on_ar"] = False  # turning it off or on changes only ar's record
+    for point_id in ("ar", "bs8-b8-t4-w2048"):
+        same = point_record(subset, points[point_id]) == point_record(config, points[point_id])
+        assert same is (point_id != "ar")
     extra = 15 * (164 / 20 - 1)  # estimate.coding_min for 20 problems, scaled to 164
     assert plan_document(config)["full_ar_coding_min"] == pytest.approx(extra)
     assert f"full HumanEval on ar (coding_eval.full_on_ar): +{extra:.0f} min" in format_plan(config)

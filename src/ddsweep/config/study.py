@@ -404,9 +404,9 @@ def configured_point_ids(config: Mapping[str, Any] | None) -> list[str] | None:
 def coding_settings(config: dict, point: Point) -> dict:
     """The coding eval of one point: the configured subset, or every problem for `ar` with
     `coding_eval.full_on_ar`."""
-    coding = config["coding_eval"]
-    if coding.get("full_on_ar") and point.kind == "ar":
-        return {**coding, "limit": None, "task_ids": None}
+    coding = {k: v for k, v in config["coding_eval"].items() if k != "full_on_ar"}  # resolved here: turning it
+    if config["coding_eval"].get("full_on_ar") and point.kind == "ar":             # on reruns only ar
+        coding.update(limit=None, task_ids=None)
     return coding
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 from resultsets import SynthPoint, write_point
 
-from ddsweep.analysis.status import parse_elapsed, study_status
+from ddsweep.analysis.status import parse_elapsed, point_state, study_status
 from ddsweep.cli import main
 from ddsweep.config.plan import estimate_minutes, running_points
 from ddsweep.config.study import load_config
@@ -86,3 +86,14 @@ def test_squeue_elapsed_times_are_read_in_every_format():
     assert parse_elapsed("12:03:04") == 12 * 3600 + 3 * 60 + 4
     assert parse_elapsed("2-01:00:00") == 2 * 86400 + 3600
     assert parse_elapsed("INVALID") is None
+
+
+def test_an_infrastructure_failure_without_done_json_says_it_runs_again(tmp_path):
+    directory = tmp_path / "bs8-b8-t4-w2048"
+    _write(directory / "failure.json", {"status": "failed", "error_kind": "startup_timeout", "duration_s": 5.0,
+                                        "failure_class": "infrastructure",
+                                        "error": "the server did not become healthy within 1200 s"})
+    state = point_state(directory, None, None)
+    assert state.state == "failed"
+    assert state.detail == ("startup_timeout: the server did not become healthy within 1200 s (failed-infrastructure: "
+                            "rerun by the next invocation)")

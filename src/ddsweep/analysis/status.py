@@ -115,7 +115,9 @@ def point_state(directory: Path, job: dict[str, Any] | None, regime: dict[str, A
         kind = outcome.get("error_kind")
         state.state = "interrupted" if kind == "interrupted" else "failed"
         reason = next((line for line in str(outcome.get("error", "")).splitlines() if line.strip()), "")
-        state.detail = f"{kind}: {reason}" + ("" if kind == "interrupted" else " (rerun by the next invocation)")
+        label = "failed-infrastructure: " if outcome.get("failure_class") == "infrastructure" else ""
+        rerun = "" if kind == "interrupted" else f" ({label}rerun by the next invocation)"
+        state.detail = f"{kind}: {reason}{rerun}"
     if not job and outcome:
         state.job_id = outcome.get("slurm_job_id")
         state.node = outcome.get("slurm_nodelist") or outcome.get("host")

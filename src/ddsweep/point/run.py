@@ -295,7 +295,8 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
             message = (f"interrupted by {received[0]}; the server was stopped and the point is incomplete (rerun "
                        f"it); what failed after the signal: {exc.kind}: {exc}")
             raise failed(PointFailed("interrupted", message)) from None
-        raise failed(exc) from None
+        failed(exc)
+        raise
     except Interrupted as exc:
         message = f"interrupted by {exc}; the server was stopped and the point is incomplete (rerun it)"
         raise failed(PointFailed("interrupted", message)) from None

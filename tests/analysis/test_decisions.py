@@ -102,6 +102,39 @@ def test_flat_noisy_study_is_inconclusive() -> None:
     assert "Inconclusive" in text and "95% CI" in text
 
 
+def test_budget_series_that_disagree_in_sign_make_the_verdict_inconclusive_and_are_named() -> None:
+    """budget 4 -> 8 rises by a fifth at topk 1 and falls by a sixth at topk 2: no budget step may be cited."""
+    points = [TruePoint("bs8-b4-t1-w2048", budget=4, topk=1, acceptance=4.0),
+              TruePoint("bs8-b8-t1-w2048", budget=8, topk=1, acceptance=4.8),
+              TruePoint("bs8-b4-t2-w2048", budget=4, topk=2, acceptance=4.8),
+              TruePoint("bs8-b8-t2-w2048", budget=8, topk=2, acceptance=4.0)]
+    for seed in range(20):
+        diagnosis = analyse(build(points, seed, acceptance_noise=0.01, shared=0.0), settings()).diagnosis
+        assert diagnosis.verdict == "inconclusive", diagnosis.text
+        assert "disagree in sign" in diagnosis.text and "budget-bound" not in diagnosis.text
+        rises, falls = diagnosis.text.split("but falls in")
+        assert "topk 1" in rises and "topk 2" not in rises and "topk 2" in falls
+
+
+def test_acceptance_twins_are_no_evidence_about_the_budget() -> None:
+    """topk 1 past the spine drafts one chain of 7 at budgets 8 and 16: only the step from budget 4 counts."""
+    points = [TruePoint("bs8-b4-t1-w2048", budget=4, topk=1, acceptance=3.0),
+              TruePoint("bs8-b8-t1-w2048", budget=8, topk=1, acceptance=4.0),
+              TruePoint("bs8-b16-t1-w2048", budget=16, topk=1, acceptance=4.0)]
+    plan = {"bs8-b4-t1-w2048": {"alias_group": "bs8-b4-t1-w2048", "twin_group": None},
+            "bs8-b8-t1-w2048": {"alias_group": "bs8-b8-t1-w2048", "twin_group": "bs8-b8-t1-w2048"},
+            "bs8-b16-t1-w2048": {"alias_group": "bs8-b16-t1-w2048", "twin_group": "bs8-b8-t1-w2048"}}
+    without = analyse(build(points, 0, acceptance_noise=0.01, shared=0.0), settings()).diagnosis
+    assert without.verdict != "budget-bound"  # the flat twin step 8 -> 16 is all the series shows
+    results = build(points, 0, acceptance_noise=0.01, shared=0.0)
+    results.plan = plan
+    diagnosis = analyse(results, settings()).diagnosis
+    assert diagnosis.verdict == "budget-bound", diagnosis.text
+    (series,) = diagnosis.series["budget"]
+    assert series.point_ids == ["bs8-b4-t1-w2048", "bs8-b8-t1-w2048"] and series.flat == ["bs8-b16-t1-w2048"]
+    assert "budget 4 → 8" in diagnosis.text and "Bonferroni" not in diagnosis.text  # a family of one
+
+
 def test_slo_pick_is_the_best_point_meeting_every_limit_and_failures_are_named() -> None:
     points = [TruePoint("fast-but-slow-start", decode=150.0, ttft_p99=3.0),
               TruePoint("bs8-b8-t4-w2048", decode=120.0, ttft_p99=1.0),

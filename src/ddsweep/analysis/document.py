@@ -121,7 +121,8 @@ def _diagnosis(d: Decisions) -> dict[str, Any]:
         series[knob] = [{
             "fixed": s.fixed, "values": [window_label(v) if knob == "window" else v for v in s.values],
             "acceptance": s.acceptance, "point_ids": s.point_ids, "gain": _est(s.gain), "gain_text": gain_text(s.gain),
-            "top_step": _est(s.top_step), "top_step_text": gain_text(s.top_step)} for s in diag.series[knob]]
+            "top_step": _est(s.top_step), "top_step_text": gain_text(s.top_step), "flat": s.flat}
+            for s in diag.series[knob]]
     return {"cell_text": diag.cell, "verdict": diag.verdict, "text": diag.text, "threshold": diag.threshold,
             "series": series,
             "block_pairs": [{"low": b.low, "high": b.high, "low_block_size": b.low_block,

@@ -190,8 +190,10 @@ def _diagnosis(doc: dict[str, Any]) -> list[str]:
         for s in series[:12]:
             values = " → ".join(str(v) for v in s["values"])
             accs = " → ".join(f"{a:.2f}" for a in s["acceptance"])
+            flat = (f"; left out, drafting the same tree as an earlier member: "
+                    f"{', '.join(f'`{i}`' for i in s['flat'])}" if s.get("flat") else "")
             out.append(f"  - {knob} {values}: {accs}: {s['gain_text']}; top step {s['top_step_text']} "
-                       f"(with {s['fixed']})")
+                       f"(with {s['fixed']}){flat}")
         if len(series) > 12:
             out.append(f"  - … and {len(series) - 12} more series (see results/tables/bench_groups.csv)")
     trained = diag["trained_block_size"]

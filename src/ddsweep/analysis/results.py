@@ -47,7 +47,7 @@ METRIC_LABELS: dict[str, str] = {
 }
 # The effective draft tree (from results/plan.json) beside the requested knobs, and the alias group.
 TREE_COLUMNS: tuple[str, ...] = ("tree_shape", "tree_width", "tree_depth_limit", "tree_nodes", "alias_group",
-                                 "alias_of")
+                                 "alias_of", "twin_group")
 POINT_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", "preset", *KNOBS, *TREE_COLUMNS, "status", "error_kind", "simulated", "gpu_name", "gpu_count",
     "interconnect", "engine_version", "git_commit", "hostname",
@@ -252,7 +252,8 @@ def _tree_columns(entry: dict[str, Any] | None) -> dict[str, Any]:
     return {"tree_shape": tree.get("shape"), "tree_width": tree.get("width"),
             "tree_depth_limit": tree.get("depth_limit"), "tree_nodes": tree.get("nodes"),
             "alias_group": entry.get("alias_group") if entry else None,
-            "alias_of": entry.get("alias_of") if entry else None}
+            "alias_of": entry.get("alias_of") if entry else None,
+            "twin_group": entry.get("twin_group") if entry else None}
 
 
 def window_label(window: int | float | None) -> str:

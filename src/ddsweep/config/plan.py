@@ -1,11 +1,14 @@
 """`ddsweep plan`: the expanded sweep with each point's effective tree, its alias groups and a GPU-time estimate.
 
-Points whose server configuration is identical (same preset, same effective tree, same values of every knob
-the tree does not absorb) form an alias group. By default only the group's representative runs (the member
+Points whose server configuration is identical (same preset, same effective tree and verify width, same values
+of every knob the tree does not absorb) form an alias group, provided a log check confirms the preset's tree
+rule or the user trusts it (`tree.trusted`). By default only the group's representative runs (the member
 with the smallest absorbed knobs, e.g. the smallest topk; ties broken by the order of expansion); the others
-are recorded as its aliases. `sweep.run_aliases: true` runs every point. The plan document written with
-`--write` (results/plan.json in the workflow) is described in docs/results-schema.md. The subcommand itself is
-registered by adaptive/cli.py, which adds an adaptive study's stage plan (config imports nothing from adaptive)."""
+are recorded as its aliases. `sweep.run_aliases: true` runs every point. Groups that draft the same tree but
+verify a different number of slots are acceptance twins: they accept alike by construction and differ in cost.
+The plan document written with `--write` (results/plan.json in the workflow) is described in
+docs/results-schema.md. The subcommand itself is registered by adaptive/cli.py, which adds an adaptive study's
+stage plan (config imports nothing from adaptive)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from ddsweep.config.knobs import (
     EffectiveTree,
     absorbed_knobs,
     effective_tree,
+    tree_rule_confirmed,
     unverified_knobs,
 )
 from ddsweep.config.reference import reference_benchmark, reference_enabled, reference_point
@@ -36,6 +40,7 @@ class PlannedPoint:
     tree: EffectiveTree
     group: str  # the id of the group's representative
     runs: bool
+    twins: str | None = None  # the first group drafting the same tree at another verify width, if any
 
     @property
     def alias_of(self) -> str | None:
@@ -46,11 +51,23 @@ class PlannedPoint:
 def server_key(config: dict, point: Point, tree: EffectiveTree) -> tuple:
     """What makes a server configuration distinct: the preset, the tree and the knobs the tree does not absorb."""
     preset = config["engine"]["presets"][point.preset]
-    if tree == UNKNOWN_TREE:
+    if tree == UNKNOWN_TREE or not tree_rule_confirmed(preset):
         return (point.preset, tuple(point.knobs.items()))
+    return (point.preset, tree, _kept_knobs(preset, point))
+
+
+def _kept_knobs(preset: dict, point: Point) -> tuple:
+    """The point's knobs that reach the engine other than through the tree (not `tree.absorbs`)."""
     absorbed = absorbed_knobs(preset)
-    kept = tuple((k, v) for k, v in point.knobs.items() if k not in absorbed)
-    return (point.preset, tree, kept)
+    return tuple((k, v) for k, v in point.knobs.items() if k not in absorbed)
+
+
+def twin_key(config: dict, point: Point, tree: EffectiveTree) -> tuple | None:
+    """What makes a point's acceptance distinct: the preset, the drafted tree (verify width left out) and the knobs
+    the tree does not absorb; None when the tree is unknown."""
+    if tree == UNKNOWN_TREE or tree.shape == "none":
+        return None
+    return (point.preset, tree.drafted(), _kept_knobs(config["engine"]["presets"][point.preset], point))
 
 
 def plan_points(config: dict) -> list[PlannedPoint]:
@@ -70,8 +87,15 @@ def plan_points(config: dict) -> list[PlannedPoint]:
 
         chosen = points[min(members, key=order)].point_id
         representative.update({i: chosen for i in members})
+    twin_sets: dict[tuple, list[str]] = {}
+    for index, (point, tree) in enumerate(zip(points, trees, strict=True)):
+        key = twin_key(config, point, tree)
+        if key is not None and representative[index] not in twin_sets.setdefault(key, []):
+            twin_sets[key].append(representative[index])
+    twins = {group: members[0] for members in twin_sets.values() if len(members) > 1 for group in members}
     run_all = config["sweep"]["run_aliases"]
-    return [PlannedPoint(point=p, tree=t, group=representative[i], runs=run_all or representative[i] == p.point_id)
+    return [PlannedPoint(point=p, tree=t, group=representative[i], runs=run_all or representative[i] == p.point_id,
+                         twins=twins.get(representative[i]))
             for i, (p, t) in enumerate(zip(points, trees, strict=True))]
 
 
@@ -159,15 +183,22 @@ def plan_document(config: dict, on_slurm: bool = False) -> dict[str, Any]:
     groups: dict[str, list[str]] = {}
     for p in planned:
         groups.setdefault(p.group, []).append(p.point.point_id)
+    twins = {p.group: p.twins for p in planned if p.twins}
     presets = config["engine"]["presets"]
     return {
         "format": PLAN_FORMAT, "study": config["study"], "simulated": bool(config["simulated"]),
         "run_aliases": config["sweep"]["run_aliases"],
         "points": [{"point_id": p.point.point_id, "preset": p.point.preset, "kind": p.point.kind,
                     "knobs": p.point.knobs, "tree": p.tree.as_dict(), "alias_group": p.group,
-                    "alias_of": p.alias_of, "runs": p.runs} for p in planned],
+                    "alias_of": p.alias_of, "runs": p.runs, "twin_group": p.twins} for p in planned],
         "groups": [{"representative": rep, "members": members} for rep, members in groups.items()],
+        "twin_groups": [{"first": first, "groups": [g for g in groups if twins.get(g) == first]}
+                        for first in dict.fromkeys(twins.values())],
         "distinct_server_configurations": len(groups),
+        "tree_rules": {name: {"rule": (presets[name].get("tree") or {}).get("rule"),
+                              "absorbs": list(absorbed_knobs(presets[name])),
+                              "confirmed": tree_rule_confirmed(presets[name])}
+                       for name in dict.fromkeys(p.point.preset for p in planned)},
         "unverified_knobs": {name: unverified_knobs(presets[name]) for name in
                              dict.fromkeys(p.point.preset for p in planned)},
         "estimate": {"all_points": estimate_minutes(config, len(planned)),
@@ -205,8 +236,16 @@ def format_plan(config: dict, strategy_lines: Sequence[str] = (), on_slurm: bool
         distinct = len({p.group for p in members})
         lines.append(f"  {kind}: {len(members)} point(s), {distinct} distinct server configuration(s)")
     if groups:
-        lines.append("alias groups (same preset, same effective tree, same other knobs):")
+        lines.append("alias groups (same preset, same effective tree and verify width, same other knobs):")
         lines += [f"  {g['representative']}: {', '.join(g['members'])}" for g in groups]
+    if document["twin_groups"]:
+        lines.append("acceptance twins (the same drafted tree at different verify widths: equal acceptance by "
+                     "construction, different cost; no evidence about the budget):")
+        lines += [f"  {', '.join(t['groups'])}" for t in document["twin_groups"]]
+    for preset, rule in document["tree_rules"].items():
+        if rule["rule"] and rule["absorbs"] and not rule["confirmed"]:
+            lines.append(f"preset {preset}: no verify.log_patterns entry confirms tree rule {rule['rule']}: its "
+                         "points are not merged into alias groups (tree.trusted: true merges them)")
     for preset, knobs in document["unverified_knobs"].items():
         if knobs:
             lines.append(f"preset {preset}: no verify entry checks {', '.join(knobs)} (unverified knobs)")

@@ -276,6 +276,10 @@ def main(args: argparse.Namespace) -> int:
     fields = ", ".join(f"{k}={v!r}" for k, v in settings.server_args.items() if v is not None)
     log(f"server_args=ServerArgs({fields}) [simulated]")
     log(config_line(settings.knobs))
+    if settings.knobs.kind == "ddtree":
+        knobs = settings.knobs
+        log(f"Initialized DDTree worker. block_size={knobs.block_size}, tree_budget={knobs.budget}, "
+            f"max_tree_nodes={int(knobs.budget or 0) + 1} [simulated]")
     group = settings.server_args
     nnodes, rank = int(group.get("nnodes") or 1), int(group.get("node_rank") or 0)
     if nnodes > 1:

@@ -60,6 +60,25 @@ def test_two_identical_points_are_tied_in_95_percent_of_seeds() -> None:
     assert tied >= 0.95 * len(SEEDS), tied
 
 
+def test_a_printed_comparison_interval_agrees_with_its_test() -> None:
+    """A point counts as beaten exactly when the printed interval of the leader's ratio over it lies above
+    1 + margin: the interval is two-sided at the level matching the one-sided Holm test."""
+    s = settings()
+    disagree = checked = 0
+    for seed in range(60):
+        outcome = analyse(build(grid([100.0, 104.0, 103.0, 99.0]), seed), s).regime("latency")
+        for rank, c in enumerate(sorted(outcome.comparisons, key=lambda c: c.p_value)):
+            checked += 1
+            assert abs(c.ratio.level - (1 - 2 * 0.05 / (3 - rank))) < 1e-12
+            if c.beaten:
+                assert c.ratio.low > 1 + MARGIN, c
+            disagree += (c.ratio.low > 1 + MARGIN) != c.beaten  # only where Holm stopped at an earlier failure
+    assert checked == 180 and disagree <= 2, disagree
+    pair = analyse(build(grid([100.0, 104.0]), 3), s)
+    (c,) = pair.regime("latency").comparisons
+    assert c.ratio.level == pytest.approx(0.9) and c.beaten == (c.ratio.low > 1 + MARGIN)
+
+
 def test_fewer_repeats_than_the_minimum_make_no_decision() -> None:
     decode = [100.0, 130.0]
     outcome = analyse(build(grid(decode), 0, repeats=2), settings()).regime("latency")

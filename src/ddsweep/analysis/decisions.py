@@ -20,7 +20,7 @@ import pandas as pd
 from ddsweep.analysis.diagnosis import Confound, Diagnosis, confounds, diagnose
 from ddsweep.analysis.drift import ReferenceRuns
 from ddsweep.analysis.results import Regime, ResolvedRegime, ResultSet, ar_point_id, resolve_regime
-from ddsweep.analysis.statistics import Estimate, combined_difference, holm, mean_interval
+from ddsweep.analysis.statistics import Estimate, combined_difference, holm, holm_levels, mean_interval
 from ddsweep.analysis.tables import LosslessResult, coding_stats, lossless_vs_ar
 
 DEFAULT_REGIMES: tuple[Regime, ...] = (
@@ -122,7 +122,8 @@ def _trained_block_size(drafter: dict[str, Any]) -> tuple[int | None, str]:
 @dataclass
 class Comparison:
     """The leader against one other point: ratio (> 1: leader better) and whether it is better beyond the
-    margin with family-wise error control."""
+    margin with family-wise error control. The ratio's interval is two-sided at 1 - 2·(the Holm level of its
+    one-sided test), so that its lower bound clears 1 + margin exactly when the test rejects."""
 
     point_id: str
     ratio: Estimate | None
@@ -228,15 +229,16 @@ def _regime_outcome(resolved: ResolvedRegime, ar_id: str | None, s: Settings) ->
     if not ids:
         return RegimeOutcome(resolved, None, None, [], [], None, "no data at this cell")
     leader = ids[0]
-    comparisons, p_values = [], {}
+    comparisons, p_values, diffs = [], {}, {}
     for pid in ids[1:]:
-        diff = resolved.difference(leader, pid)
-        p = diff.p_greater(1 + s.equivalence_margin) if diff else 1.0
-        p_values[pid] = p
-        comparisons.append(Comparison(pid, diff.ratio(s.confidence) if diff else None, p, False))
+        diffs[pid] = resolved.difference(leader, pid)
+        p_values[pid] = diffs[pid].p_greater(1 + s.equivalence_margin) if diffs[pid] else 1.0
     beaten = holm(p_values, 1 - s.confidence)
-    for c in comparisons:
-        c.beaten = beaten[c.point_id]
+    levels = holm_levels(p_values, 1 - s.confidence)
+    for pid in ids[1:]:
+        diff = diffs[pid]
+        comparisons.append(Comparison(pid, diff.ratio(1 - 2 * levels[pid]) if diff else None, p_values[pid],
+                                      beaten[pid]))
     tied = [c.point_id for c in comparisons if not c.beaten]
     reason = _too_few(resolved, ids, s.min_repeats)
     winner = leader if not tied and reason is None else None
@@ -352,7 +354,9 @@ def _priority_pick(priority: Priority, by_name: dict[str, ResolvedRegime], resul
     if len(ranked) > 1:
         pick.runner_up = ranked[1]
         diff = diffs[ranked[1]]
-        pick.runner_up_ratio = diff.ratio(s.confidence) if diff else None
+        # at the two-sided level matching the one-sided Holm test the runner-up faced
+        level = 1 - 2 * holm_levels(p_values, 1 - s.confidence)[ranked[1]]
+        pick.runner_up_ratio = diff.ratio(level) if diff else None
     return pick
 
 

@@ -26,7 +26,8 @@ SCHEMA_VERSION = 1
 METHOD = ("mean of per-repeat figures with a Student-t interval (repeats are the independent units); ratios "
           "from per-repeat log ratios paired on the repeat index (same prompts), else Welch's t on the logs; a "
           "winner must beat every other point by more than the equivalence margin in one-sided tests with "
-          "Holm's correction (docs/statistics.md)")
+          "Holm's correction, and each comparison's printed interval is two-sided at 1 - 2·(the level its one-sided "
+          "test faced), so it clears 1 + margin exactly when the test does (docs/statistics.md)")
 
 
 def _est(est: Estimate | None) -> dict[str, Any] | None:

@@ -50,7 +50,7 @@ def gain_text(est: Estimate | None) -> str:
         return f"{(x - 1) * 100:+.1f}%".replace("-", "−")
     if not est.has_interval:
         return f"{pc(est.value)} (no interval)"
-    return f"{pc(est.value)} ({est.level:.0%} CI {pc(est.low)} to {pc(est.high)})"
+    return f"{pc(est.value)} ({est.level * 100:.3g}% CI {pc(est.low)} to {pc(est.high)})"
 
 
 @dataclass

@@ -140,6 +140,7 @@ class ResultSet:
     plan: dict[str, dict[str, Any]] = field(default_factory=dict)  # point id -> its entry in plan.json
     requests: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(REQUEST_COLUMNS)))
     confidence: float = 0.95
+    ignored: list[str] = field(default_factory=list)  # point directories found but not of this study
 
     def aliases(self) -> list[dict[str, Any]]:
         """Plan entries of points that did not run because another point is the same server configuration."""
@@ -524,6 +525,7 @@ def load_results(results_dir: str | Path, point_ids: list[str] | None = None,
     results_dir = Path(results_dir)
     points_dir = results_dir / "points"
     directories = sorted(d for d in points_dir.iterdir() if d.is_dir()) if points_dir.is_dir() else []
+    ignored = [d.name for d in directories if point_ids is not None and d.name not in set(point_ids)]
     if point_ids is not None:
         directories = [d for d in directories if d.name in set(point_ids)]
     plan_issues: list[str] = []
@@ -532,6 +534,7 @@ def load_results(results_dir: str | Path, point_ids: list[str] | None = None,
     results = load_directories(results_dir, directories, confidence)
     results.plan = {e["point_id"]: e for e in plan_points
                     if isinstance(e, dict) and isinstance(e.get("point_id"), str)}
+    results.ignored = ignored
     return results
 
 

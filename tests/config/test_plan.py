@@ -121,18 +121,18 @@ def test_the_default_study_plans_its_distinct_configurations_and_the_smaller_est
     ddtree = [e for e in document["points"] if e["kind"] == "ddtree"]
     assert len(ddtree) == 60
     assert len({e["alias_group"] for e in ddtree}) == 26
-    assert document["distinct_server_configurations"] == 28  # plus the ar and dflash baselines
+    assert document["distinct_server_configurations"] == 29  # plus ar and the two dflash baselines
     running = sum(e["runs"] for e in document["points"])
-    assert running == 28
+    assert running == 29
     every, runs = document["estimate"]["all_points"], document["estimate"]["running_points"]
-    assert every == estimate_minutes(study, 62) and runs == estimate_minutes(study, 28)
+    assert every == estimate_minutes(study, 63) and runs == estimate_minutes(study, 29)
     assert runs["gpu_hours"] < every["gpu_hours"]
     group = {e["point_id"]: e["alias_group"] for e in document["points"]}
     assert group["bs8-b4-t1-w2048"] == group["bs8-b4-t2-w2048"]  # the spine chain of 4
     assert group["bs16-b8-t1-w2048"] == group["bs16-b8-t2-w2048"]  # the spine chain of 8
     assert group["bs8-b8-t1-w2048"] != group["bs8-b16-t1-w2048"]  # one chain of 7, verified at 9 and 17 slots
     text = format_plan(study)
-    assert "62 points; 28 distinct server configurations; 28 jobs will run (34 recorded as aliases)" in text
+    assert "63 points; 29 distinct server configurations; 29 jobs will run (34 recorded as aliases)" in text
     assert "ddtree: 60 point(s), 26 distinct server configuration(s)" in text
     assert f"what will run: {runs['total_min'] / 60:.1f} h of jobs = {runs['gpu_hours']:.0f} GPU-hours" in text
     assert "preset ddtree: no verify entry checks topk" in text
@@ -164,7 +164,7 @@ def test_plan_command_writes_the_plan_document(tmp_path):
     assert entry["alias_of"] == "bs8-b8-t4-w2048" and entry["runs"] is False
     assert entry["tree"] == {"rule": "ddtree-pr29907", "shape": "tree", "width": 2, "depth_limit": 7, "nodes": 8,
                              "verify_width": 9}
-    assert "9 points; 7 distinct server configurations; 7 jobs will run" in result.stdout
+    assert "10 points; 8 distinct server configurations; 8 jobs will run" in result.stdout
 
 
 def _dry_run(workdir: Path, *configfiles: str) -> str:

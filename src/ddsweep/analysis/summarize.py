@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from ddsweep.analysis.chain import chain_section
 from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.document import build_summary, jsonable
 from ddsweep.analysis.drift import load_reference_runs
@@ -57,6 +58,9 @@ def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | Non
     plot_data = PlotData(results, {r.regime.name: r for r in resolved}, decisions.pareto, decisions.lossless)
     plots = write_plots(plot_data, reports_dir / "plots")
     document = jsonable(build_summary(decisions))
+    chain = chain_section(decisions)
+    if chain is not None:
+        document["sections"].insert(0, jsonable(chain))
     funnel = funnel_block(results_dir)  # an adaptive study's stages (docs/adaptive.md)
     if funnel is not None:
         document["sections"].append(funnel)

@@ -213,7 +213,9 @@ def format_plan(config: dict, strategy_lines: Sequence[str] = (), on_slurm: bool
     jobs, their start-ups, the reference runs), followed by `strategy_lines` (an adaptive study's stage plan,
     adaptive/stages.py)."""
     planned = plan_points(config)
-    header = (f"{'point':<24} {'preset':<10} {'kind':<7} {'budget':>6} {'topk':>5} {'block':>6} {'window':>7}  "
+    wid = max([24, *(len(p.point.point_id) for p in planned)])
+    wpre = max([10, *(len(p.point.preset) for p in planned)])
+    header = (f"{'point':<{wid}} {'preset':<{wpre}} {'kind':<7} {'budget':>6} {'topk':>5} {'block':>6} {'window':>7}  "
               f"{'effective tree':<18} {'runs':<5} alias of")
     lines = [header, "-" * len(header)]
     for planned_point in planned:
@@ -222,7 +224,7 @@ def format_plan(config: dict, strategy_lines: Sequence[str] = (), on_slurm: bool
         def show(value: int | None) -> str:
             return "-" if value is None else str(value)
         window = "off" if p.kind != "ar" and p.window is None else show(p.window)
-        lines.append(f"{p.point_id:<24} {p.preset:<10} {p.kind:<7} {show(p.budget):>6} {show(p.topk):>5} "
+        lines.append(f"{p.point_id:<{wid}} {p.preset:<{wpre}} {p.kind:<7} {show(p.budget):>6} {show(p.topk):>5} "
                      f"{show(p.block_size):>6} {window:>7}  {planned_point.tree.describe():<18} "
                      f"{'yes' if planned_point.runs else 'no':<5} {planned_point.alias_of or ''}")
     document = plan_document(config, on_slurm)

@@ -252,9 +252,10 @@ def expand_points(config: dict) -> list[Point]:
         points.append((_make_point(config, {"preset": baselines["ar_preset"]}, "baselines.ar"), "baselines.ar"))
     dflash = baselines.get("dflash")
     if dflash:
-        for bs, window in itertools.product(dflash["block_size"], dflash["window"]):
-            where = "baselines.dflash"
-            spec = {"preset": dflash["preset"], "block_size": bs, "window": window}
+        presets = [dflash["preset"], *([dflash["no_overlap_preset"]] if dflash.get("no_overlap_preset") else [])]
+        for preset, bs, window in itertools.product(presets, dflash["block_size"], dflash["window"]):
+            where = "baselines.dflash" + (".no_overlap_preset" if preset != dflash["preset"] else "")
+            spec = {"preset": preset, "block_size": bs, "window": window}
             points.append((_make_point(config, spec, where), where))
     sweep = config["sweep"]
     grid = sweep.get("grid")

@@ -99,10 +99,10 @@ def chain_section(decisions: Decisions) -> dict[str, Any] | None:
             f"No DFlash baseline ran with `{NO_OVERLAP_FLAG}`, so every ratio also contains the overlap "
             "scheduler DDTree does without; `baselines.dflash.no_overlap_preset` adds that baseline.")
     return {"kind": "ddtree_vs_chain", "title": "Does DDTree beat the DFlash chain? (same block size and window)",
-            "text": ("For each regime and DFlash baseline: the best DDTree point at the baseline's block size and window "
-                     "against the chain, as the paired ratio of the decisions (> 1: DDTree better). The interval is "
-                     "at the Bonferroni level over the DDTree points it was chosen from, so choosing the best does "
-                     "not flatter it. " + note),
+            "text": ("For each regime and DFlash baseline: the best DDTree point at the baseline's block size and "
+                     "window against the chain, as the paired ratio of the decisions (> 1: DDTree better). The "
+                     "interval is at the Bonferroni level over the DDTree points it was chosen from, so choosing the "
+                     "best does not flatter it. " + note),
             "table": {"columns": ["regime", "block size, window", "baseline", "DDTree point", "DDTree / chain",
                                   "answer"], "rows": table},
             "rows": rows}

@@ -16,6 +16,7 @@ from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.document import build_summary, jsonable
 from ddsweep.analysis.drift import load_reference_runs
 from ddsweep.analysis.funnel_section import funnel_block
+from ddsweep.analysis.launch_spread import spread_block
 from ddsweep.analysis.plots import PlotData, write_plots
 from ddsweep.analysis.render import render_markdown
 from ddsweep.analysis.results import load_results
@@ -64,6 +65,7 @@ def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | Non
     funnel = funnel_block(results_dir)  # an adaptive study's stages (docs/adaptive.md)
     if funnel is not None:
         document["sections"].append(funnel)
+    document["caveats"].append(jsonable(spread_block(decisions, results_dir)))
     ignored = ignored_caveat(results.ignored)
     if ignored is not None:
         document["caveats"].append(ignored)

@@ -19,6 +19,7 @@ import pandas as pd
 
 from ddsweep.analysis.diagnosis import Confound, Diagnosis, confounds, diagnose
 from ddsweep.analysis.drift import ReferenceRuns
+from ddsweep.analysis.launch_model import launch_difference, pooled_variances
 from ddsweep.analysis.results import Regime, ResolvedRegime, ResultSet, ar_point_id, resolve_regime
 from ddsweep.analysis.statistics import Estimate, combined_difference, holm, holm_levels, mean_interval
 from ddsweep.analysis.tables import LosslessResult, coding_stats, lossless_vs_ar
@@ -251,9 +252,29 @@ def _parts(by_name: dict[str, ResolvedRegime], weights: dict[str, float], a: str
     parts = []
     for regime_name, w in weights.items():
         r = by_name[regime_name]
-        ra, rb = r.repeats.get(a, {}), r.repeats.get(b, {})
+        ra, rb = r.units(a), r.units(b)
         parts.append((w, rb, ra) if r.regime.lower_is_better else (w, ra, rb))
     return parts
+
+
+def combined_launches(by_name: dict[str, ResolvedRegime], weights: dict[str, float], candidates: list[str]):
+    """When every candidate ran in two or more launches at every weighted regime: a function comparing two of
+    them on the weighted log figures per launch, with the launch variance pooled over the candidates
+    (launch_model); else None (the comparison is then paired per repeat)."""
+    total = sum(weights.values())
+    figures: dict[str, dict[int, float]] = {}
+    for pid in candidates:
+        per_regime = []
+        for name, w in weights.items():
+            launches = by_name[name].launches.get(pid) or {}
+            if len(launches) < 2:
+                return None
+            sign = -1.0 if by_name[name].regime.lower_is_better else 1.0
+            per_regime.append({k: w / total * sign * v for k, v in launches.items()})
+        shared = set.intersection(*(set(f) for f in per_regime))
+        figures[pid] = {k: sum(f[k] for f in per_regime) for k in shared}
+    _, _, v2, df2 = pooled_variances(figures)
+    return lambda a, b: launch_difference(figures[a], figures[b], v2, df2)
 
 
 def _scores(by_name: dict[str, ResolvedRegime], used: dict[str, float], candidates: list[str]) -> dict[str, float]:
@@ -342,8 +363,10 @@ def _priority_pick(priority: Priority, by_name: dict[str, ResolvedRegime], resul
     ranked = sorted(candidates, key=lambda pid: (-pick.scores[pid], pid))
     leader = ranked[0]
     p_values, diffs = {}, {}
+    combined = combined_launches(by_name, used, candidates)
     for pid in ranked[1:]:
-        diffs[pid] = combined_difference(_parts(by_name, used, leader, pid))
+        diffs[pid] = (combined(leader, pid) if combined else None) or combined_difference(
+            _parts(by_name, used, leader, pid))
         p_values[pid] = diffs[pid].p_greater(1 + s.equivalence_margin) if diffs[pid] else 1.0
     beaten = holm(p_values, 1 - s.confidence)
     pick.point_id, pick.score = leader, pick.scores[leader]

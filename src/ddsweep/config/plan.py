@@ -26,6 +26,7 @@ from ddsweep.config.knobs import (
     tree_rule_confirmed,
     unverified_knobs,
 )
+from ddsweep.config.launches import grid_launches
 from ddsweep.config.reference import reference_benchmark, reference_enabled, reference_point
 from ddsweep.config.study import Point, expand_points
 
@@ -125,15 +126,19 @@ def cell_share(concurrency: int, requests: int | None, full: int | None) -> floa
 
 
 def estimate_minutes(config: dict, n_points: int) -> dict[str, float]:
-    """GPU-time estimate for `n_points` jobs from the configured startup and per-cell times."""
+    """GPU-time estimate for `n_points` points from the configured startup and per-cell times: one start-up per
+    server launch (`sweep.launches` per grid point)."""
     est = config["resources"]["estimate"]
     bench = config["benchmark"]
     cells = len(benchmark_cells(bench)) * bench["repeats"]
     coding = est["coding_min"] if config["coding_eval"]["enabled"] else 0.0
-    per_point = est["startup_min"] + cells * est["cell_min"] + coding
+    launches = grid_launches(config)
+    per_point = est["startup_min"] * launches + cells * est["cell_min"] + coding
     gpus = config["resources"]["gpus"]
     return {"per_point_min": per_point, "total_min": per_point * n_points,
-            "gpu_hours": per_point * n_points * gpus / 60, "cells_per_point": cells}
+            "gpu_hours": per_point * n_points * gpus / 60, "cells_per_point": cells,
+            "launches_per_point": launches, "startups": launches * n_points,
+            "extra_startup_min": est["startup_min"] * (launches - 1) * n_points}
 
 
 def count_hosts(nodelist: str) -> int:
@@ -253,6 +258,10 @@ def format_plan(config: dict, strategy_lines: Sequence[str] = (), on_slurm: bool
             lines.append(f"preset {preset}: no verify entry checks {', '.join(knobs)} (unverified knobs)")
     gpus = config["resources"]["gpus"]
     every, runs = document["estimate"]["all_points"], document["estimate"]["running_points"]
+    if runs["launches_per_point"] > 1:
+        lines.append(f"each point runs in {runs['launches_per_point']} server launches (sweep.launches), its repeats "
+                     f"split across them: {runs['startups']} start-ups for what will run, "
+                     f"{runs['extra_startup_min'] / 60:.1f} h of them beyond one per point")
     lines += [f"{every['cells_per_point']} benchmark cells per point; estimated {every['per_point_min']:.0f} min "
               f"per point at {gpus} GPUs per point",
               f"every point: {every['total_min'] / 60:.1f} h of jobs = {every['gpu_hours']:.0f} GPU-hours",

@@ -77,6 +77,7 @@ def add_lenient_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speculative-num-draft-tokens", type=int, default=None)
     parser.add_argument("--speculative-ddtree-budget", type=int, default=None)
     parser.add_argument("--speculative-draft-window-size", type=int, default=None)
+    parser.add_argument("--disable-overlap-schedule", action="store_true")  # DDTree's scheduling, for DFLASH too
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:

@@ -108,7 +108,9 @@ def merge_launches(launch_dirs: list[Path], out_dir: Path) -> dict:
                       "environment": _read_json(d / "environment.json") if (d / "environment.json").exists() else None}
                      for d, s in zip(launch_dirs, statuses, strict=True)],
         "failed_launches": [{"dir": d, "failure": f} for d, f in failures.items()]})
-    status = {**statuses[0], "duration_s": round(sum(s.get("duration_s") or 0 for s in statuses), 3),
+    finished = [s["finished_utc"] for s in statuses if isinstance(s.get("finished_utc"), str)]
+    status = {**statuses[0], **({"finished_utc": max(finished)} if finished else {}),
+              "duration_s": round(sum(s.get("duration_s") or 0 for s in statuses), 3),
               "launches": len(launch_dirs), "simulated": any(s.get("simulated") for s in statuses)}
     write_json_atomic(out_dir / "status.json", status)
     return status

@@ -24,6 +24,7 @@ if ADAPTIVE:
 else:
 
     include: "workflow/rules/points.smk"
+    include: "workflow/rules/launches.smk"
     include: "workflow/rules/reference.smk"
 
 

@@ -48,8 +48,10 @@ def test_confirm_records_are_one_repeat_per_launch_and_coding_only_in_the_last()
 def test_refinement_adds_in_between_values_the_config_allows():
     config = demo_config(sweep={"strategy": "adaptive", "grid": {"budget": [4, 8, 16]}, "refine": {"budget": 2}})
     added = [p.point_id for p in refine_candidates(config, ["bs8-b8-t4-w2048", "bs8-b4-t1-w2048", "ar"])]
-    # 8 -> 6 and 10; 4 -> 6 only (2 is outside the grid's range); 4 +- 2 with topk 2 -> 6
-    assert sorted(added) == ["bs8-b10-t4-w2048", "bs8-b6-t1-w2048", "bs8-b6-t4-w2048"]
+    # 8 -> 6 and 10; 4 -> 6 only (2 is outside the grid's range); budget 6 <= L is the spine chain whatever
+    # topk, so bs8-b6-t1 (from budget 4) is the same server configuration as bs8-b6-t4 (from budget 8, found
+    # first) and is not added again
+    assert sorted(added) == ["bs8-b10-t4-w2048", "bs8-b6-t4-w2048"]
     assert resolve_point(config, "bs8-b10-t4-w2048").budget == 10
 
 
@@ -83,7 +85,8 @@ def test_plan_shows_each_stage_next_to_the_grid():
 
 def test_the_race_cap_bounds_the_worst_case_confirmation():
     def worst(keep: int | None) -> tuple[float, int | None, dict]:
-        config = demo_config(sweep={"strategy": "adaptive", "refine": {"budget": 2}, "screen": {"race_keep": keep}})
+        config = demo_config(sweep={"strategy": "adaptive", "refine": {"budget": 2}, "screen": {"race_keep": keep},
+                                    "grid": {"budget": [4, 8, 12, 16]}})
         return stage_estimates(config)["confirm"]["worst_min"], race_bound(config), config
 
     uncapped, no_bound, config = worst(None)
@@ -137,7 +140,7 @@ def test_the_expected_confirmation_counts_race_keep_per_priority_running_the_lat
     uncapped, none, config = expected(None)
     capped, cap, _ = expected(1)
     priorities = len(config["analysis"]["priorities"])
-    assert none is None and cap == 2 + priorities  # the two baselines and one point per priority
+    assert none is None and cap == 3 + priorities  # the three baselines and one point per priority
     entering = stage_estimates(config)["grid"]["points"]  # every point survives the screening here
     assert cap < entering and capped < uncapped
     assert f"expected {cap} (race_keep per priority" in stage_plan(expected(1)[2])

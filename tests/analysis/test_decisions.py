@@ -60,6 +60,25 @@ def test_two_identical_points_are_tied_in_95_percent_of_seeds() -> None:
     assert tied >= 0.95 * len(SEEDS), tied
 
 
+def test_a_printed_comparison_interval_agrees_with_its_test() -> None:
+    """A point counts as beaten exactly when the printed interval of the leader's ratio over it lies above
+    1 + margin: the interval is two-sided at the level matching the one-sided Holm test."""
+    s = settings()
+    disagree = checked = 0
+    for seed in range(60):
+        outcome = analyse(build(grid([100.0, 104.0, 103.0, 99.0]), seed), s).regime("latency")
+        for rank, c in enumerate(sorted(outcome.comparisons, key=lambda c: c.p_value)):
+            checked += 1
+            assert abs(c.ratio.level - (1 - 2 * 0.05 / (3 - rank))) < 1e-12
+            if c.beaten:
+                assert c.ratio.low > 1 + MARGIN, c
+            disagree += (c.ratio.low > 1 + MARGIN) != c.beaten  # only where Holm stopped at an earlier failure
+    assert checked == 180 and disagree <= 2, disagree
+    pair = analyse(build(grid([100.0, 104.0]), 3), s)
+    (c,) = pair.regime("latency").comparisons
+    assert c.ratio.level == pytest.approx(0.9) and c.beaten == (c.ratio.low > 1 + MARGIN)
+
+
 def test_fewer_repeats_than_the_minimum_make_no_decision() -> None:
     decode = [100.0, 130.0]
     outcome = analyse(build(grid(decode), 0, repeats=2), settings()).regime("latency")
@@ -100,6 +119,39 @@ def test_flat_noisy_study_is_inconclusive() -> None:
     assert found.count("inconclusive") >= 95, found
     text = analyse(build(points, 1, acceptance_noise=0.08, shared=0.0), settings()).diagnosis.text
     assert "Inconclusive" in text and "95% CI" in text
+
+
+def test_budget_series_that_disagree_in_sign_make_the_verdict_inconclusive_and_are_named() -> None:
+    """budget 4 -> 8 rises by a fifth at topk 1 and falls by a sixth at topk 2: no budget step may be cited."""
+    points = [TruePoint("bs8-b4-t1-w2048", budget=4, topk=1, acceptance=4.0),
+              TruePoint("bs8-b8-t1-w2048", budget=8, topk=1, acceptance=4.8),
+              TruePoint("bs8-b4-t2-w2048", budget=4, topk=2, acceptance=4.8),
+              TruePoint("bs8-b8-t2-w2048", budget=8, topk=2, acceptance=4.0)]
+    for seed in range(20):
+        diagnosis = analyse(build(points, seed, acceptance_noise=0.01, shared=0.0), settings()).diagnosis
+        assert diagnosis.verdict == "inconclusive", diagnosis.text
+        assert "disagree in sign" in diagnosis.text and "budget-bound" not in diagnosis.text
+        rises, falls = diagnosis.text.split("but falls in")
+        assert "topk 1" in rises and "topk 2" not in rises and "topk 2" in falls
+
+
+def test_acceptance_twins_are_no_evidence_about_the_budget() -> None:
+    """topk 1 past the spine drafts one chain of 7 at budgets 8 and 16: only the step from budget 4 counts."""
+    points = [TruePoint("bs8-b4-t1-w2048", budget=4, topk=1, acceptance=3.0),
+              TruePoint("bs8-b8-t1-w2048", budget=8, topk=1, acceptance=4.0),
+              TruePoint("bs8-b16-t1-w2048", budget=16, topk=1, acceptance=4.0)]
+    plan = {"bs8-b4-t1-w2048": {"alias_group": "bs8-b4-t1-w2048", "twin_group": None},
+            "bs8-b8-t1-w2048": {"alias_group": "bs8-b8-t1-w2048", "twin_group": "bs8-b8-t1-w2048"},
+            "bs8-b16-t1-w2048": {"alias_group": "bs8-b16-t1-w2048", "twin_group": "bs8-b8-t1-w2048"}}
+    without = analyse(build(points, 0, acceptance_noise=0.01, shared=0.0), settings()).diagnosis
+    assert without.verdict != "budget-bound"  # the flat twin step 8 -> 16 is all the series shows
+    results = build(points, 0, acceptance_noise=0.01, shared=0.0)
+    results.plan = plan
+    diagnosis = analyse(results, settings()).diagnosis
+    assert diagnosis.verdict == "budget-bound", diagnosis.text
+    (series,) = diagnosis.series["budget"]
+    assert series.point_ids == ["bs8-b4-t1-w2048", "bs8-b8-t1-w2048"] and series.flat == ["bs8-b16-t1-w2048"]
+    assert "budget 4 → 8" in diagnosis.text and "Bonferroni" not in diagnosis.text  # a family of one
 
 
 def test_slo_pick_is_the_best_point_meeting_every_limit_and_failures_are_named() -> None:

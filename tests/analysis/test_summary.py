@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from resultsets import (
     REPEATS,
@@ -335,3 +336,22 @@ def test_too_few_repeats_say_no_decision_is_possible(tmp_path: Path) -> None:
     assert f"no decision possible: fewer than {REPEATS + 1} repeats (analysis.min_repeats_for_decision)" in text
     kinds = {c["kind"] for c in result.document["caveats"]}
     assert "no_decision" in kinds
+
+
+def test_the_summary_reads_only_this_studys_points_and_names_the_rest(tmp_path: Path) -> None:
+    """An adaptive study passes the done.json files its selection and confirmation produced: a point directory
+    left over from an older run is not read, and the summary names it as ignored."""
+    spec = budget_bound_set()
+    results = write_results(spec, tmp_path)
+    all_ids = sorted(d.name for d in (results / "points").iterdir())
+    stale, kept = all_ids[0], all_ids[1:]
+    result = summarize(results, tmp_path / "reports", {"sweep": {"strategy": "adaptive"}},
+                       points=[results / "points" / pid / "done.json" for pid in kept])
+    shown = pd.read_csv(results / "tables" / "points.csv")["point_id"].tolist()
+    assert stale not in shown and sorted(shown) == kept, shown
+    (caveat,) = [c for c in result.document["caveats"] if c["kind"] == "ignored_points"]
+    assert f"`{stale}`" in caveat["text"] and "1 point directory" in caveat["text"]
+    assert f"`{stale}`" in result.summary_path.read_text(encoding="utf-8")
+    again = summarize(results, tmp_path / "reports2", {"sweep": {"strategy": "adaptive"}},
+                      points=[results / "points" / pid / "done.json" for pid in all_ids])
+    assert not [c for c in again.document["caveats"] if c["kind"] == "ignored_points"]

@@ -40,11 +40,11 @@ def test_shipped_study_config_is_valid_and_expands_the_grid(study):
     config = validate_config(study)
     points = expand_points(config)
     ids = [p.point_id for p in points]
-    assert ids[:2] == ["ar", "dflash-bs8-w2048"]
+    assert ids[:3] == ["ar", "dflash-bs8-w2048", "dflash-nooverlap-bs8-w2048"]
     assert "bs8-b8-t4-w2048" in ids and "bs16-b16-t8-woff" in ids
     # 4 budgets x 4 topk, less (budget 4, topk 8) removed by `topk <= budget`, x 2 block sizes x 2 windows,
-    # plus the two baselines.
-    assert len(points) == (4 * 4 - 1) * 2 * 2 + 2
+    # plus ar and the DFlash chain with the overlap scheduler on and off.
+    assert len(points) == (4 * 4 - 1) * 2 * 2 + 3
     assert len(set(ids)) == len(ids)
 
 
@@ -52,7 +52,8 @@ def test_demo_config_is_valid_and_simulated(demo):
     config = validate_config(demo)
     assert config["simulated"] is True
     ids = [p.point_id for p in expand_points(config)]
-    assert ids == ["ar", "dflash-bs8-w2048", "bs8-b4-t1-w2048", "bs8-b4-t4-w2048", "bs8-b8-t1-w2048",
+    assert ids == ["ar", "dflash-bs8-w2048", "dflash-nooverlap-bs8-w2048", "bs8-b4-t1-w2048", "bs8-b4-t4-w2048",
+                   "bs8-b8-t1-w2048",
                    "bs8-b8-t4-w2048", "bs16-b8-t4-w2048", "bs8-b8-t4-woff", "bs8-b8-t8-w2048"]
 
 
@@ -101,11 +102,14 @@ def test_find_point_names_known_points(study):
 def test_plan_lists_points_count_and_estimate(study):
     config = validate_config(study)
     text = format_plan(config)
-    assert "62 points" in text
+    assert "63 points" in text
     assert "bs16-b16-t8-woff" in text
-    # 10 min startup + (coding: 2 contexts x 4 concurrency + prose: 1 context x 2 concurrency) x 3 repeats
-    # x 1.5 min + 15 min coding = 70 min per point.
-    assert "30 benchmark cells per point" in text and "estimated 70 min per point" in text
+    # 2 launches x 10 min startup + (coding: 2 contexts x 4 concurrency + prose: 1 context x 2 concurrency)
+    # x 3 repeats x 1.5 min + 15 min coding = 80 min per point.
+    assert "30 benchmark cells per point" in text and "estimated 80 min per point" in text
+    assert "each point runs in 2 server launches (sweep.launches)" in text and "58 start-ups" in text
+    one = validate_config({**study, "sweep": {**study["sweep"], "launches": 1}})
+    assert "estimated 70 min per point" in format_plan(one) and "server launches" not in format_plan(one)
 
 
 def test_load_config_merges_files_like_snakemake(tmp_path):

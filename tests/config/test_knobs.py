@@ -40,22 +40,27 @@ def test_registry_names_the_four_knobs_and_the_kinds_they_apply_to():
     assert KIND_KNOBS == {"ddtree": KNOBS, "dflash": ("block_size", "window"), "ar": ()}
 
 
-# Hand-computed from PR #29907's rule: L = block_size - 1; budget == L -> chain of L tokens; otherwise
-# width = min(max(budget // L + 1, 2), topk), depth limit L, budget nodes, verify width budget + 1.
+# Hand-computed from PR #29907's rule: L = block_size - 1; budget <= L -> the spine chain of `budget` tokens;
+# otherwise width = min(max(budget // L + 1, 2), topk), depth limit L, at most min(budget, the shape's capacity
+# w + w^2 + ... + w^L) nodes; verify width budget + 1 either way.
 TREES = [
     # budget, topk, block_size -> shape, width, depth_limit, nodes, verify_width
-    ((7, 4, 8), ("chain", 1, 7, 7, 8)),        # budget == L: the chain fast path, topk ignored
+    ((7, 4, 8), ("chain", 1, 7, 7, 8)),        # budget == L: the spine path, topk ignored
     ((7, 1, 8), ("chain", 1, 7, 7, 8)),
+    ((4, 4, 8), ("chain", 1, 4, 4, 5)),        # budget < L: a chain of budget tokens, not a width-2 tree
+    ((3, 8, 8), ("chain", 1, 3, 3, 4)),
+    ((8, 1, 16), ("chain", 1, 8, 8, 9)),
     ((15, 8, 16), ("chain", 1, 15, 15, 16)),
-    ((4, 4, 8), ("tree", 2, 7, 4, 5)),         # 4 // 7 + 1 = 1, raised to 2
     ((8, 8, 8), ("tree", 2, 7, 8, 9)),         # 8 // 7 + 1 = 2
     ((12, 2, 8), ("tree", 2, 7, 12, 13)),
     ((16, 8, 8), ("tree", 3, 7, 16, 17)),      # 16 // 7 + 1 = 3
     ((16, 2, 8), ("tree", 2, 7, 16, 17)),      # capped by topk
-    ((16, 1, 8), ("tree", 1, 7, 16, 17)),      # topk 1 caps the width at 1
+    ((8, 1, 8), ("tree", 1, 7, 7, 9)),         # topk 1: a width-1 tree is a chain of at most L
+    ((16, 1, 8), ("tree", 1, 7, 7, 17)),
     ((16, 8, 16), ("tree", 2, 15, 16, 17)),    # 16 // 15 + 1 = 2
     ((64, 8, 8), ("tree", 8, 7, 64, 65)),      # 64 // 7 + 1 = 10, capped by topk 8
     ((64, 16, 8), ("tree", 10, 7, 64, 65)),
+    ((20, 2, 3), ("tree", 2, 2, 6, 21)),       # a width-2 tree of depth 2 holds 2 + 4 nodes
 ]
 
 
@@ -66,6 +71,31 @@ def test_ddtree_rule_matches_hand_computed_trees(presets, knobs, expected):
                                               "window": None})
     assert (tree.shape, tree.width, tree.depth_limit, tree.nodes, tree.verify_width) == expected
     assert tree.rule == "ddtree-pr29907"
+
+
+def test_tree_capacity_is_the_sum_of_the_widths_powers():
+    from ddsweep.config.knobs import tree_capacity
+
+    assert tree_capacity(1, 7) == 7 and tree_capacity(2, 7) == 254 and tree_capacity(3, 2) == 12
+
+
+def test_drafted_tree_leaves_out_the_verify_width(presets):
+    def tree(budget, topk):
+        return effective_tree(presets["ddtree"], {"budget": budget, "topk": topk, "block_size": 8, "window": None})
+    assert tree(7, 1).drafted() == tree(8, 1).drafted() == tree(16, 4 - 3).drafted() == ("chain", 7)
+    assert tree(7, 1) != tree(8, 1) and tree(8, 2).drafted() != tree(12, 2).drafted()
+
+
+def test_a_tree_rule_is_confirmed_by_a_log_check_or_trusted(presets):
+    from ddsweep.config.knobs import tree_rule_confirmed
+
+    assert tree_rule_confirmed(presets["ddtree"])  # the DDTree worker's start-up line reads block_size, budget
+    unchecked = copy.deepcopy(presets["ddtree"])
+    unchecked["verify"]["log_patterns"] = []
+    assert not tree_rule_confirmed(unchecked)
+    unchecked["tree"]["trusted"] = True
+    assert tree_rule_confirmed(unchecked)
+    assert not tree_rule_confirmed({k: v for k, v in presets["ddtree"].items() if k != "tree"})
 
 
 def test_dflash_is_a_chain_of_block_size_minus_one_and_ar_has_no_tree(presets):
@@ -105,7 +135,7 @@ def test_tree_expressions_are_checked_at_validation(study):
 def test_a_tree_rule_that_fails_for_a_point_names_the_point(study):
     broken = copy.deepcopy(study)
     broken["engine"]["presets"]["ddtree"]["tree"]["width"] = "budget - 8"
-    with pytest.raises(ConfigError, match=r"point bs8-b4-t1-w2048: tree.width = 'budget - 8' gives -4"):
+    with pytest.raises(ConfigError, match=r"point bs8-b8-t1-w2048: tree.width = 'budget - 8' gives 0"):
         validate_config(broken)
     with pytest.raises(ExpressionError, match="fails for"):
         effective_tree(study["engine"]["presets"]["ddtree"], {"budget": 8, "topk": 4, "block_size": 1})

@@ -70,6 +70,32 @@ def test_a_grid_with_known_alias_groups_runs_one_point_per_group(study):
     assert planned["bs8-b16-t4-w2048"].alias_of is None and planned["bs8-b16-t4-w2048"].tree.width == 3
 
 
+def test_points_drafting_one_tree_at_other_verify_widths_are_twins_not_aliases(study):
+    """topk 1 past the spine is a width-1 tree: the chain of 7 that budget 7 drafts, verified at 9 and 17 slots."""
+    config = small_grid(study)
+    planned = {p.point.point_id: p for p in plan_points(config)}
+    chain = ["bs8-b7-t1-w2048", "bs8-b8-t1-w2048", "bs8-b16-t1-w2048"]
+    assert [planned[i].tree.nodes for i in chain] == [7, 7, 7]
+    assert [planned[i].tree.verify_width for i in chain] == [8, 9, 17]
+    assert len({planned[i].group for i in chain}) == 3 and all(planned[i].runs for i in chain)
+    assert {planned[i].twins for i in chain} == {"bs8-b7-t1-w2048"}
+    assert planned["bs8-b8-t2-w2048"].twins is None and planned["bs8-b7-t2-w2048"].twins == "bs8-b7-t1-w2048"
+    document = plan_document(config)
+    assert document["twin_groups"] == [{"first": "bs8-b7-t1-w2048", "groups": chain}]
+    assert "acceptance twins" in format_plan(config) and "  " + ", ".join(chain) in format_plan(config)
+
+
+def test_an_unconfirmed_tree_rule_merges_no_points_unless_trusted(study):
+    config = copy.deepcopy(small_grid(study))
+    config["engine"]["presets"]["ddtree"]["verify"]["log_patterns"] = []
+    planned = plan_points(validate_config(config))
+    assert all(p.runs and p.alias_of is None for p in planned)
+    assert "no verify.log_patterns entry confirms tree rule ddtree-pr29907" in format_plan(validate_config(config))
+    config["engine"]["presets"]["ddtree"]["tree"]["trusted"] = True
+    trusted = {p.point.point_id: p for p in plan_points(validate_config(config))}
+    assert trusted["bs8-b7-t4-w2048"].alias_of == "bs8-b7-t1-w2048"
+
+
 def test_run_aliases_runs_every_point_but_keeps_the_groups(study):
     config = small_grid(study, run_aliases=True)
     assert len(running_points(config)) == len(expand_points(config)) == 10
@@ -94,25 +120,36 @@ def test_the_default_study_plans_its_distinct_configurations_and_the_smaller_est
     document = plan_document(study)
     ddtree = [e for e in document["points"] if e["kind"] == "ddtree"]
     assert len(ddtree) == 60
-    assert len({e["alias_group"] for e in ddtree}) == 34
-    assert document["distinct_server_configurations"] == 36  # plus the ar and dflash baselines
+    assert len({e["alias_group"] for e in ddtree}) == 26
+    assert document["distinct_server_configurations"] == 29  # plus ar and the two dflash baselines
     running = sum(e["runs"] for e in document["points"])
-    assert running == 36
+    assert running == 29
     every, runs = document["estimate"]["all_points"], document["estimate"]["running_points"]
-    assert every == estimate_minutes(study, 62) and runs == estimate_minutes(study, 36)
+    assert every == estimate_minutes(study, 63) and runs == estimate_minutes(study, 29)
     assert runs["gpu_hours"] < every["gpu_hours"]
+    group = {e["point_id"]: e["alias_group"] for e in document["points"]}
+    assert group["bs8-b4-t1-w2048"] == group["bs8-b4-t2-w2048"]  # the spine chain of 4
+    assert group["bs16-b8-t1-w2048"] == group["bs16-b8-t2-w2048"]  # the spine chain of 8
+    assert group["bs8-b8-t1-w2048"] != group["bs8-b16-t1-w2048"]  # one chain of 7, verified at 9 and 17 slots
     text = format_plan(study)
-    assert "62 points; 36 distinct server configurations; 36 jobs will run (26 recorded as aliases)" in text
-    assert "ddtree: 60 point(s), 34 distinct server configuration(s)" in text
+    assert "63 points; 29 distinct server configurations; 29 jobs will run (34 recorded as aliases)" in text
+    assert "ddtree: 60 point(s), 26 distinct server configuration(s)" in text
     assert f"what will run: {runs['total_min'] / 60:.1f} h of jobs = {runs['gpu_hours']:.0f} GPU-hours" in text
     assert "preset ddtree: no verify entry checks topk" in text
 
 
 def test_plan_prints_each_points_effective_tree(study):
     lines = {line.split()[0]: line for line in format_plan(study).splitlines() if line.startswith(("bs", "dfl"))}
-    assert "tree w3 d7 n16" in lines["bs8-b16-t8-w2048"] and lines["bs8-b16-t8-w2048"].endswith("bs8-b16-t4-w2048")
-    assert "tree w2 d15 n4" in lines["bs16-b4-t2-woff"]
-    assert "chain 7" in lines["dflash-bs8-w2048"]
+    assert "tree w3 d7 n16 v17" in lines["bs8-b16-t8-w2048"]
+    assert lines["bs8-b16-t8-w2048"].endswith("bs8-b16-t4-w2048")
+    assert "chain 4 v5" in lines["bs16-b4-t2-woff"]
+    assert "tree w1 d7 n7 v17" in lines["bs8-b16-t1-w2048"]
+    assert "chain 7 v8" in lines["dflash-bs8-w2048"]
+    for line in lines.values():  # no tree holds more nodes than its shape allows
+        tree = re.search(r"tree w(\d+) d(\d+) n(\d+)", line)
+        if tree:
+            width, depth, nodes = map(int, tree.groups())
+            assert nodes <= sum(width ** i for i in range(1, depth + 1)), line
 
 
 def test_plan_command_writes_the_plan_document(tmp_path):
@@ -127,7 +164,7 @@ def test_plan_command_writes_the_plan_document(tmp_path):
     assert entry["alias_of"] == "bs8-b8-t4-w2048" and entry["runs"] is False
     assert entry["tree"] == {"rule": "ddtree-pr29907", "shape": "tree", "width": 2, "depth_limit": 7, "nodes": 8,
                              "verify_width": 9}
-    assert "9 points; 8 distinct server configurations; 8 jobs will run" in result.stdout
+    assert "10 points; 8 distinct server configurations; 8 jobs will run" in result.stdout
 
 
 def _dry_run(workdir: Path, *configfiles: str) -> str:

@@ -10,17 +10,18 @@ import pytest
 from ddsweep.point.launches import MergeError, merge_launches
 
 
-def _launch(root: Path, k: int, speed: float, point_id: str = "bs8-b8-t4-w2048") -> Path:
+def _launch(root: Path, k: int, speed: float, point_id: str = "bs8-b8-t4-w2048", repeats: int = 1) -> Path:
     directory = root / point_id / f"launch-{k}"
     (directory / "bench").mkdir(parents=True)
-    cell = {"context": 128, "concurrency": 1, "repeat": 0, "requests": 2, "completed": 2, "failed": 0,
-            "output_throughput_tok_s": speed, "decode_tok_s": {"median": speed}, "acceptance_length": 4.0,
-            "ttft_s": {"p50": 0.01}, "tpot_s": {"p50": 1 / speed},
-            "steady_state": {"output_throughput_tok_s": speed}}
+    cells = [{"context": 128, "concurrency": 1, "repeat": r, "requests": 2, "completed": 2, "failed": 0,
+              "output_throughput_tok_s": speed + r, "decode_tok_s": {"median": speed + r}, "acceptance_length": 4.0,
+              "ttft_s": {"p50": 0.01}, "tpot_s": {"p50": 1 / speed},
+              "steady_state": {"output_throughput_tok_s": speed + r}} for r in range(repeats)]
     (directory / "bench" / "cells.json").write_text(json.dumps(
-        {"simulated": True, "config": {"repeats": 1}, "cells": [cell], "groups": []}))
+        {"simulated": True, "config": {"repeats": repeats}, "cells": cells, "groups": []}))
     (directory / "bench" / "requests.jsonl").write_text(
-        "".join(json.dumps({"context": 128, "concurrency": 1, "repeat": 0, "index": i}) + "\n" for i in range(2)))
+        "".join(json.dumps({"context": 128, "concurrency": 1, "repeat": r, "index": i}) + "\n"
+                for r in range(repeats) for i in range(2)))
     (directory / "point.json").write_text(json.dumps({"point_id": point_id, "launch": k}))
     (directory / "status.json").write_text(json.dumps({"point_id": point_id, "status": "ok", "duration_s": 10.0,
                                                        "simulated": True}))
@@ -42,6 +43,24 @@ def test_launch_k_becomes_repeat_k_with_groups_across_launches(tmp_path):
     assert status["launches"] == 3 and status["duration_s"] == 30.0
     assert json.loads((out / "status.json").read_text()) == status
     assert len(json.loads((out / "launches.json").read_text())["launches"]) == 3
+
+
+def test_a_grid_points_launches_keep_their_repeats_in_order_and_list_them(tmp_path):
+    """Launch 0 ran repeats 0 and 1, launch 1 one repeat: merged, the repeats are 0, 1 | 2, each with its launch."""
+    launches = [_launch(tmp_path / "launches", 0, 100.0, repeats=2), _launch(tmp_path / "launches", 1, 120.0)]
+    out = tmp_path / "points" / "bs8-b8-t4-w2048"
+    merge_launches(launches, out)
+    cells = json.loads((out / "bench" / "cells.json").read_text())
+    assert [(c["repeat"], c["launch"], c["output_throughput_tok_s"]) for c in cells["cells"]] == [
+        (0, 0, 100.0), (1, 0, 101.0), (2, 1, 120.0)]
+    assert cells["config"]["repeats"] == 3
+    records = [json.loads(line) for line in (out / "bench" / "requests.jsonl").read_text().splitlines()]
+    assert sorted({(r["repeat"], r["launch"]) for r in records}) == [(0, 0), (1, 0), (2, 1)]
+    listed = json.loads((out / "launches.json").read_text())["launches"]
+    assert [entry["repeats"] for entry in listed] == [[0, 1], [2]]
+    from ddsweep.analysis.launch_model import read_launch_map
+
+    assert read_launch_map(out) == {0: 0, 1: 0, 2: 1}
 
 
 def test_the_coding_eval_comes_from_the_launch_that_ran_it(tmp_path):

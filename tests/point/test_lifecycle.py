@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 from conftest import demo_record
 
-from ddsweep.point.lifecycle import ManagedServer, find_free_port, owned_processes, render_server, verify_settings
+from ddsweep.point.lifecycle import (
+    ManagedServer,
+    describe_failed_checks,
+    find_free_port,
+    owned_processes,
+    render_server,
+    verify_settings,
+)
 from ddsweep.point.run import PointFailed, run_point
 
 NO_CODING = {"coding_eval": {"enabled": False}}
@@ -88,8 +95,29 @@ def test_ignored_knob_fails_verification(tmp_path):
     finally:
         server.stop()
     failed = [c for c in verification["checks"] if not c["ok"]]
-    assert [c["key"] for c in failed] == ["speculative_ddtree_budget"]
+    assert [c.get("key", c["source"]) for c in failed] == ["speculative_ddtree_budget", "log"]
     assert failed[0]["expected"] == 8
+    # the DDTree worker's start-up line shows the budget the stand-in really applied (its default, 16)
+    assert failed[1]["logged"] == ["Initialized DDTree worker. block_size=8, tree_budget=16, max_tree_nodes=17 "
+                                   "[simulated]"]
+    assert "verify.log_patterns[0]" in failed[1]["reason"] and "tree_budget=16" in failed[1]["reason"]
+
+
+def test_a_ddtree_worker_line_with_another_budget_fails_the_check_and_says_what_was_logged():
+    """/server_info agrees, but the engine's own start-up line shows another budget (another tree rule)."""
+    spec = render_server(demo_record("bs8-b8-t4-w2048"), 1)
+    info = {"speculative_algorithm": "DDTREE", "speculative_ddtree_budget": 8, "speculative_dflash_block_size": 8,
+            "speculative_draft_window_size": 2048}
+    good = "INFO Initialized DDTree worker. block_size=8, tree_budget=8, max_tree_nodes=9\n"
+    assert verify_settings(spec, info, good)["ok"]
+    other = "INFO Initialized DDTree worker. block_size=8, tree_budget=48, max_tree_nodes=49\n"
+    result = verify_settings(spec, info, other)
+    assert not result["ok"]
+    (log_check,) = [c for c in result["checks"] if not c["ok"]]
+    assert log_check["source"] == "log" and "tree_budget=48" in log_check["reason"]
+    assert "another tree rule" in describe_failed_checks(result)
+    missing = verify_settings(spec, info, "INFO Serving HTTP\n")
+    assert not missing["ok"] and "pattern not found" in missing["checks"][-1]["reason"]
 
 
 def test_log_pattern_is_checked(tmp_path):

@@ -54,6 +54,15 @@ def test_demo_produces_a_simulated_summary_tables_plots_and_a_bundle(demo_run):
     alias = next(p for p in points if p["point_id"] == "bs8-b8-t8-w2048")
     assert alias["status"] == "alias" and alias["alias_of"] == "bs8-b8-t4-w2048" and alias["tree_width"] == "2"
     assert not (demo_run / "results" / "points" / "bs8-b8-t8-w2048").exists()
+    # every point ran in two server launches (sweep.launches), its three repeats split 2 + 1
+    for p in ran:
+        launches = json.loads((demo_run / "results" / "points" / p["point_id"] / "launches.json").read_text())
+        assert [entry["repeats"] for entry in launches["launches"]] == [[0, 1], [2]], p["point_id"]
+    document = json.loads((demo_run / "reports" / "summary.json").read_text())
+    spread = next(c for c in document["caveats"] if c["kind"] == "launch_spread")
+    assert spread["spreads"] and all(s["df"] >= len(ran) - 1 for s in spread["spreads"])
+    assert "Launch-to-launch spread" in summary and "Does DDTree beat the DFlash chain?" in summary
+    assert "`dflash-nooverlap-bs8-w2048` (overlap scheduler off, like DDTree)" in summary
     for plot in ("throughput_vs_concurrency", "pareto", "heatmap_latency"):
         assert (demo_run / "reports" / "plots" / f"{plot}.png").stat().st_size > 10_000
     bundle = yaml.safe_load((demo_run / "reports" / "bundle.json").read_text())["bundle"]
@@ -118,8 +127,8 @@ def test_changing_one_points_topk_reruns_only_that_point_and_the_aggregates(demo
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = scheduled_jobs(result.stdout + result.stderr)
     # the end of the study moves: the host inventory is rewritten (the reference run follows once it has been)
-    assert jobs == {"run_point": 1, "study_config": 1, "plan": 1, "reference_hosts": 1, "summarize": 1, "bundle": 1,
-                    "all": 1}
+    assert jobs == {"launch_point": 2, "merge_point_launches": 1, "study_config": 1, "plan": 1, "reference_hosts": 1,
+                    "summarize": 1, "bundle": 1, "all": 1}
     assert "results/points/bs16-b8-t2-w2048/done.json" in result.stdout + result.stderr
 
 
@@ -153,7 +162,7 @@ def test_changing_the_benchmark_matrix_reruns_every_point(demo_run):
     config["benchmark"]["repeats"] = 2
     (demo_run / "changed.yaml").write_text(yaml.safe_dump(config))
     result = snakemake(demo_run, "-n", "--cores", "2", "--configfile", "changed.yaml")
-    assert scheduled_jobs(result.stdout + result.stderr)["run_point"] == 8
+    assert scheduled_jobs(result.stdout + result.stderr)["launch_point"] == 16  # two launches of each point
 
 
 def test_bad_config_stops_before_any_job_with_the_key_named(tmp_path):

@@ -63,7 +63,8 @@ rule summarize:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "ddsweep summarize results --out reports --config {input.config} --reference {input.reference} > {log} 2>&1"
+        "ddsweep summarize results --out reports --config {input.config} --points {input.points} "
+        "--reference {input.reference} > {log} 2>&1"
 
 
 rule bundle:

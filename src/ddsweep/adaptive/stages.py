@@ -139,6 +139,7 @@ def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
     screen_point = regime_job(sbench["requests_per_cell"])
     one_launch = copy.deepcopy(config)
     one_launch["benchmark"]["repeats"] = 1
+    one_launch["sweep"]["launches"] = 1  # one confirmation launch: one start-up
     one_launch["coding_eval"] = {**config["coding_eval"], "enabled": False}
     coding = est["coding_min"] if config["coding_eval"]["enabled"] else 0.0
     launch_min = estimate_minutes(one_launch, 1)["per_point_min"]

@@ -19,8 +19,9 @@ import pandas as pd
 
 from ddsweep.analysis.diagnosis import Confound, Diagnosis, confounds, diagnose
 from ddsweep.analysis.drift import ReferenceRuns
+from ddsweep.analysis.launch_model import launch_difference, pooled_variances
 from ddsweep.analysis.results import Regime, ResolvedRegime, ResultSet, ar_point_id, resolve_regime
-from ddsweep.analysis.statistics import Estimate, combined_difference, holm, mean_interval
+from ddsweep.analysis.statistics import Estimate, combined_difference, holm, holm_levels, mean_interval
 from ddsweep.analysis.tables import LosslessResult, coding_stats, lossless_vs_ar
 
 DEFAULT_REGIMES: tuple[Regime, ...] = (
@@ -122,7 +123,8 @@ def _trained_block_size(drafter: dict[str, Any]) -> tuple[int | None, str]:
 @dataclass
 class Comparison:
     """The leader against one other point: ratio (> 1: leader better) and whether it is better beyond the
-    margin with family-wise error control."""
+    margin with family-wise error control. The ratio's interval is two-sided at 1 - 2·(the Holm level of its
+    one-sided test), so that its lower bound clears 1 + margin exactly when the test rejects."""
 
     point_id: str
     ratio: Estimate | None
@@ -228,15 +230,16 @@ def _regime_outcome(resolved: ResolvedRegime, ar_id: str | None, s: Settings) ->
     if not ids:
         return RegimeOutcome(resolved, None, None, [], [], None, "no data at this cell")
     leader = ids[0]
-    comparisons, p_values = [], {}
+    comparisons, p_values, diffs = [], {}, {}
     for pid in ids[1:]:
-        diff = resolved.difference(leader, pid)
-        p = diff.p_greater(1 + s.equivalence_margin) if diff else 1.0
-        p_values[pid] = p
-        comparisons.append(Comparison(pid, diff.ratio(s.confidence) if diff else None, p, False))
+        diffs[pid] = resolved.difference(leader, pid)
+        p_values[pid] = diffs[pid].p_greater(1 + s.equivalence_margin) if diffs[pid] else 1.0
     beaten = holm(p_values, 1 - s.confidence)
-    for c in comparisons:
-        c.beaten = beaten[c.point_id]
+    levels = holm_levels(p_values, 1 - s.confidence)
+    for pid in ids[1:]:
+        diff = diffs[pid]
+        comparisons.append(Comparison(pid, diff.ratio(1 - 2 * levels[pid]) if diff else None, p_values[pid],
+                                      beaten[pid]))
     tied = [c.point_id for c in comparisons if not c.beaten]
     reason = _too_few(resolved, ids, s.min_repeats)
     winner = leader if not tied and reason is None else None
@@ -249,9 +252,29 @@ def _parts(by_name: dict[str, ResolvedRegime], weights: dict[str, float], a: str
     parts = []
     for regime_name, w in weights.items():
         r = by_name[regime_name]
-        ra, rb = r.repeats.get(a, {}), r.repeats.get(b, {})
+        ra, rb = r.units(a), r.units(b)
         parts.append((w, rb, ra) if r.regime.lower_is_better else (w, ra, rb))
     return parts
+
+
+def combined_launches(by_name: dict[str, ResolvedRegime], weights: dict[str, float], candidates: list[str]):
+    """When every candidate ran in two or more launches at every weighted regime: a function comparing two of
+    them on the weighted log figures per launch, with the launch variance pooled over the candidates
+    (launch_model); else None (the comparison is then paired per repeat)."""
+    total = sum(weights.values())
+    figures: dict[str, dict[int, float]] = {}
+    for pid in candidates:
+        per_regime = []
+        for name, w in weights.items():
+            launches = by_name[name].launches.get(pid) or {}
+            if len(launches) < 2:
+                return None
+            sign = -1.0 if by_name[name].regime.lower_is_better else 1.0
+            per_regime.append({k: w / total * sign * v for k, v in launches.items()})
+        shared = set.intersection(*(set(f) for f in per_regime))
+        figures[pid] = {k: sum(f[k] for f in per_regime) for k in shared}
+    _, _, v2, df2 = pooled_variances(figures)
+    return lambda a, b: launch_difference(figures[a], figures[b], v2, df2)
 
 
 def _scores(by_name: dict[str, ResolvedRegime], used: dict[str, float], candidates: list[str]) -> dict[str, float]:
@@ -340,8 +363,10 @@ def _priority_pick(priority: Priority, by_name: dict[str, ResolvedRegime], resul
     ranked = sorted(candidates, key=lambda pid: (-pick.scores[pid], pid))
     leader = ranked[0]
     p_values, diffs = {}, {}
+    combined = combined_launches(by_name, used, candidates)
     for pid in ranked[1:]:
-        diffs[pid] = combined_difference(_parts(by_name, used, leader, pid))
+        diffs[pid] = (combined(leader, pid) if combined else None) or combined_difference(
+            _parts(by_name, used, leader, pid))
         p_values[pid] = diffs[pid].p_greater(1 + s.equivalence_margin) if diffs[pid] else 1.0
     beaten = holm(p_values, 1 - s.confidence)
     pick.point_id, pick.score = leader, pick.scores[leader]
@@ -352,7 +377,9 @@ def _priority_pick(priority: Priority, by_name: dict[str, ResolvedRegime], resul
     if len(ranked) > 1:
         pick.runner_up = ranked[1]
         diff = diffs[ranked[1]]
-        pick.runner_up_ratio = diff.ratio(s.confidence) if diff else None
+        # at the two-sided level matching the one-sided Holm test the runner-up faced
+        level = 1 - 2 * holm_levels(p_values, 1 - s.confidence)[ranked[1]]
+        pick.runner_up_ratio = diff.ratio(level) if diff else None
     return pick
 
 

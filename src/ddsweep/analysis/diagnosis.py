@@ -4,6 +4,11 @@ The diagnosis compares acceptance only between points that differ in one knob, a
 per-repeat figures: along each budget series (does the top budget step still buy acceptance?) and across
 block sizes (does a block size above the drafter's trained one buy acceptance?). A gain counts as material
 when it exceeds `analysis.diagnosis_gain`; a verdict needs intervals that settle it, else it is inconclusive.
+Points that draft the same tree (aliases and acceptance twins in results/plan.json, e.g. budgets past a width-1
+tree's capacity) accept alike by construction: a series keeps the first of them only, so they are neither
+evidence nor members of the correction family. Matched budget series whose steps disagree in sign make the
+verdict inconclusive (at a fixed width a larger budget's tree contains the smaller one's, so acceptance cannot
+fall on a real engine), naming the disagreeing series.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ def gain_text(est: Estimate | None) -> str:
         return f"{(x - 1) * 100:+.1f}%".replace("-", "−")
     if not est.has_interval:
         return f"{pc(est.value)} (no interval)"
-    return f"{pc(est.value)} ({est.level:.0%} CI {pc(est.low)} to {pc(est.high)})"
+    return f"{pc(est.value)} ({est.level * 100:.3g}% CI {pc(est.low)} to {pc(est.high)})"
 
 
 @dataclass
@@ -59,6 +64,7 @@ class AcceptanceSeries:
     point_ids: list[str]
     gain: Estimate | None
     top_step: Estimate | None
+    flat: list[str] = field(default_factory=list)  # left out: the same drafted tree as an earlier member
 
 
 @dataclass
@@ -106,8 +112,27 @@ def _sort_key(value: Any) -> float:
     return -1.0 if is_missing(value) else float(value)
 
 
-def _series(points: list[PointRecord], resolved: ResolvedRegime, level: float) -> dict[str, list[AcceptanceSeries]]:
-    """For each knob, the series of points that vary only that knob, with acceptance and its gains."""
+def drafted_tree_key(point_id: str, plan: dict[str, dict[str, Any]]) -> str:
+    """The plan's name for what a point drafts: its twin group, else its alias group, else the point itself."""
+    entry = plan.get(point_id) or {}
+    return str(entry.get("twin_group") or entry.get("alias_group") or point_id)
+
+
+def _distinct_trees(members: list[PointRecord], plan: dict[str, dict[str, Any]]) -> tuple[list[PointRecord], list[str]]:
+    """The members (in series order) with a drafted tree not seen earlier in the series, and the others' ids."""
+    seen: set[str] = set()
+    kept, flat = [], []
+    for m in members:
+        key = drafted_tree_key(m.point_id, plan)
+        (flat.append(m.point_id) if key in seen else kept.append(m))
+        seen.add(key)
+    return kept, flat
+
+
+def _series(points: list[PointRecord], resolved: ResolvedRegime, level: float,
+            plan: dict[str, dict[str, Any]]) -> dict[str, list[AcceptanceSeries]]:
+    """For each knob, the series of points that vary only that knob and draft distinct trees, with acceptance
+    and its gains."""
     series: dict[str, list[AcceptanceSeries]] = {k: [] for k in KNOBS}
     for knob in KNOBS:
         groups: dict[tuple, list[PointRecord]] = {}
@@ -117,16 +142,31 @@ def _series(points: list[PointRecord], resolved: ResolvedRegime, level: float) -
             key = (p.kind, *(_value(p, k) for k in KNOBS if k != knob))
             groups.setdefault(key, []).append(p)
         for _key, members in sorted(groups.items(), key=lambda kv: str(kv[0])):
+            members.sort(key=lambda m: _sort_key(getattr(m, knob)))
+            members, flat = _distinct_trees(members, plan)
             if len({_value(m, knob) for m in members}) < 2:
                 continue
-            members.sort(key=lambda m: _sort_key(getattr(m, knob)))
             fixed = {k: getattr(members[0], k) for k in KNOBS if k != knob}
             ids = [m.point_id for m in members]
             series[knob].append(AcceptanceSeries(
                 knob, f"{members[0].kind}, {knob_text(fixed)}", [getattr(m, knob) for m in members],
                 [resolved.figure(i)["mean"] for i in ids], ids, resolved.speedup(ids[-1], ids[0], level),
-                resolved.speedup(ids[-1], ids[-2], level)))
+                resolved.speedup(ids[-1], ids[-2], level), flat))
     return series
+
+
+def _sign_disagreement(series: list[AcceptanceSeries]) -> tuple[list[str], list[str]]:
+    """Budget steps that rise and those that fall (by their estimates), when both occur and one is settled by its
+    interval: at a fixed width acceptance cannot fall as the budget rises, so the two cannot both be true."""
+    steps = [(f"budget {s.values[-2]} → {s.values[-1]} ({s.fixed})", s.top_step) for s in series
+             if s.top_step is not None]
+    rises = [(label, est) for label, est in steps if est.value > 1]
+    falls = [(label, est) for label, est in steps if est.value < 1]
+    settled = any(est.has_interval and (est.low > 1 or est.high < 1) for _, est in rises + falls)
+    if not (rises and falls and settled):
+        return [], []
+    return ([f"{label}: {gain_text(est)}" for label, est in rises],
+            [f"{label}: {gain_text(est)}" for label, est in falls])
 
 
 def _block_pairs(points: list[PointRecord], resolved: ResolvedRegime, trained: int | None,
@@ -151,6 +191,14 @@ def _verdict(series: list[AcceptanceSeries], pairs: list[BlockPair], trained: in
     drafter-bound when every comparison is below it at the plain level (all must hold, an intersection-union
     test needs no correction); else inconclusive."""
     limit = 1 + gain
+    rises, falls = _sign_disagreement(series)
+    if rises:
+        return "inconclusive", (
+            "**Inconclusive: matched budget series disagree in sign.** Acceptance rises with the budget in "
+            f"{'; '.join(rises[:MAX_LIST])}, but falls in {'; '.join(falls[:MAX_LIST])}. At a fixed tree width a "
+            "larger budget's tree contains the smaller one's, so on a real engine acceptance cannot fall as the "
+            "budget rises: the difference is noise or the engine applies another tree rule (check the server "
+            "logs), and neither series is evidence on its own. More repeats or launches would settle it.")
     used = [p for p in pairs if p.straddles] if trained is not None else pairs
     items = ([(f"budget {s.values[-2]} → {s.values[-1]} ({s.fixed})", s.top_step, s.point_ids[-1], s.point_ids[-2])
               for s in series]
@@ -222,7 +270,7 @@ def diagnose(results: ResultSet, settings: Settings, default: Regime) -> Diagnos
     resolved = resolve_regime(results, _acceptance_regime(settings, default), [p.point_id for p in ok])
     present = [p for p in ok if resolved.figure(p.point_id) and resolved.figure(p.point_id)["mean"] > 0]
     cell = resolved.cell() + (f" ({resolved.note})" if resolved.note else "")
-    series = _series(present, resolved, settings.confidence)
+    series = _series(present, resolved, settings.confidence, results.plan)
     pairs = _block_pairs(present, resolved, settings.trained_block_size, settings.confidence)
     verdict, text = _verdict(series["budget"], pairs, settings.trained_block_size, settings.diagnosis_gain,
                              resolved, settings.confidence)

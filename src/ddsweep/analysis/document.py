@@ -26,7 +26,8 @@ SCHEMA_VERSION = 1
 METHOD = ("mean of per-repeat figures with a Student-t interval (repeats are the independent units); ratios "
           "from per-repeat log ratios paired on the repeat index (same prompts), else Welch's t on the logs; a "
           "winner must beat every other point by more than the equivalence margin in one-sided tests with "
-          "Holm's correction (docs/statistics.md)")
+          "Holm's correction, and each comparison's printed interval is two-sided at 1 - 2·(the level its one-sided "
+          "test faced), so it clears 1 + margin exactly when the test does (docs/statistics.md)")
 
 
 def _est(est: Estimate | None) -> dict[str, Any] | None:
@@ -121,7 +122,8 @@ def _diagnosis(d: Decisions) -> dict[str, Any]:
         series[knob] = [{
             "fixed": s.fixed, "values": [window_label(v) if knob == "window" else v for v in s.values],
             "acceptance": s.acceptance, "point_ids": s.point_ids, "gain": _est(s.gain), "gain_text": gain_text(s.gain),
-            "top_step": _est(s.top_step), "top_step_text": gain_text(s.top_step)} for s in diag.series[knob]]
+            "top_step": _est(s.top_step), "top_step_text": gain_text(s.top_step), "flat": s.flat}
+            for s in diag.series[knob]]
     return {"cell_text": diag.cell, "verdict": diag.verdict, "text": diag.text, "threshold": diag.threshold,
             "series": series,
             "block_pairs": [{"low": b.low, "high": b.high, "low_block_size": b.low_block,

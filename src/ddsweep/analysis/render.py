@@ -18,7 +18,7 @@ def _x(est: dict[str, Any] | None) -> str:
         return "n/a"
     if est.get("ci_low") is None:
         return f"{est['value']:.2f}× (no interval)"
-    return f"{est['value']:.2f}× ({est['level']:.0%} CI {est['ci_low']:.2f}–{est['ci_high']:.2f})"
+    return f"{est['value']:.2f}× ({est['level'] * 100:.3g}% CI {est['ci_low']:.2f}–{est['ci_high']:.2f})"
 
 
 def _table(columns: list[str], rows: list[list[Any]]) -> list[str]:
@@ -123,8 +123,11 @@ def _regimes(doc: dict[str, Any]) -> list[str]:
     out = ["## Best point per regime", "",
            f"Figures are means of the per-repeat figures with {level:.0%} confidence intervals; speed-ups over "
            f"`ar` are ratios with their own {level:.0%} intervals. A winner is named only when it beats every other "
-           f"point by more than {doc['statistics']['equivalence_margin']:.0%} with confidence (Holm-corrected); "
-           "otherwise the points it could not be separated from are tied with it, not losers.", "",
+           f"point by more than {doc['statistics']['equivalence_margin']:.0%} with confidence (one-sided tests, "
+           "Holm-corrected); otherwise the points it could not be separated from are tied with it, not losers. A "
+           "ratio between a leader and another point is printed at the two-sided level matching its one-sided "
+           "test (e.g. 90% for a test at 5%), so the other point counts as beaten exactly when that interval's lower "
+           "bound is above 1 + the margin.", "",
            "| regime | metric at cell | winner (or leader) | figure | vs `ar` (same cell) | tied with |",
            "|---|---|---|---|---|---|"]
     notes = []
@@ -190,8 +193,10 @@ def _diagnosis(doc: dict[str, Any]) -> list[str]:
         for s in series[:12]:
             values = " → ".join(str(v) for v in s["values"])
             accs = " → ".join(f"{a:.2f}" for a in s["acceptance"])
+            flat = (f"; left out, drafting the same tree as an earlier member: "
+                    f"{', '.join(f'`{i}`' for i in s['flat'])}" if s.get("flat") else "")
             out.append(f"  - {knob} {values}: {accs}: {s['gain_text']}; top step {s['top_step_text']} "
-                       f"(with {s['fixed']})")
+                       f"(with {s['fixed']}){flat}")
         if len(series) > 12:
             out.append(f"  - … and {len(series) - 12} more series (see results/tables/bench_groups.csv)")
     trained = diag["trained_block_size"]

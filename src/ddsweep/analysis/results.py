@@ -18,6 +18,13 @@ from typing import Any
 
 import pandas as pd
 
+from ddsweep.analysis.launch_model import (
+    cell_launches,
+    launch_difference,
+    launch_intervals,
+    pooled_variances,
+    read_launch_map,
+)
 from ddsweep.analysis.raw import figures_from_cells_document, figures_from_requests
 from ddsweep.analysis.statistics import Estimate, LogDifference, log_difference, mean_interval
 from ddsweep.config.knobs import KNOBS
@@ -47,7 +54,7 @@ METRIC_LABELS: dict[str, str] = {
 }
 # The effective draft tree (from results/plan.json) beside the requested knobs, and the alias group.
 TREE_COLUMNS: tuple[str, ...] = ("tree_shape", "tree_width", "tree_depth_limit", "tree_nodes", "alias_group",
-                                 "alias_of")
+                                 "alias_of", "twin_group")
 POINT_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", "preset", *KNOBS, *TREE_COLUMNS, "status", "error_kind", "simulated", "gpu_name", "gpu_count",
     "interconnect", "engine_version", "git_commit", "hostname",
@@ -57,7 +64,7 @@ CELL_COLUMNS: tuple[str, ...] = (
     "output_throughput_tok_s", "throughput_window", "whole_output_throughput_tok_s", "requests_per_s",
     "decode_tok_s_median", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
     "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "e2e_p50_s", "e2e_p99_s", "acceptance_length", "source",
-    "simulated",
+    "simulated", "launch",
 )
 GROUP_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", *KNOBS, "context", "concurrency", "metric", "mean", "ci_low", "ci_high", "repeats",
@@ -140,6 +147,7 @@ class ResultSet:
     plan: dict[str, dict[str, Any]] = field(default_factory=dict)  # point id -> its entry in plan.json
     requests: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(REQUEST_COLUMNS)))
     confidence: float = 0.95
+    ignored: list[str] = field(default_factory=list)  # point directories found but not of this study
 
     def aliases(self) -> list[dict[str, Any]]:
         """Plan entries of points that did not run because another point is the same server configuration."""
@@ -252,7 +260,8 @@ def _tree_columns(entry: dict[str, Any] | None) -> dict[str, Any]:
     return {"tree_shape": tree.get("shape"), "tree_width": tree.get("width"),
             "tree_depth_limit": tree.get("depth_limit"), "tree_nodes": tree.get("nodes"),
             "alias_group": entry.get("alias_group") if entry else None,
-            "alias_of": entry.get("alias_of") if entry else None}
+            "alias_of": entry.get("alias_of") if entry else None,
+            "twin_group": entry.get("twin_group") if entry else None}
 
 
 def window_label(window: int | float | None) -> str:
@@ -483,6 +492,7 @@ def group_table(cells: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     if cells.empty:
         return _frame(rows, GROUP_COLUMNS)
     keys = ["point_id", "context", "concurrency"]
+    by_launch = launch_intervals(cells, METRIC_COLUMNS, confidence)  # launches as the unit, where measured
     for (point_id, context, concurrency), members in cells.groupby(keys, sort=True, dropna=True):
         first = members.iloc[0]
         base = {"point_id": point_id, "kind": first["kind"], **{k: first[k] for k in KNOBS},
@@ -492,8 +502,10 @@ def group_table(cells: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
             if not values:
                 continue
             estimate = mean_interval(values, confidence)
-            rows.append({**base, "metric": metric, "mean": estimate.value, "ci_low": estimate.low,
-                         "ci_high": estimate.high, "repeats": estimate.n, "confidence": confidence})
+            low, high, _ = by_launch.get((point_id, int(context), int(concurrency), metric),
+                                         (estimate.low, estimate.high, 0))
+            rows.append({**base, "metric": metric, "mean": estimate.value, "ci_low": low,
+                         "ci_high": high, "repeats": estimate.n, "confidence": confidence})
     return _frame(rows, GROUP_COLUMNS)
 
 
@@ -523,6 +535,7 @@ def load_results(results_dir: str | Path, point_ids: list[str] | None = None,
     results_dir = Path(results_dir)
     points_dir = results_dir / "points"
     directories = sorted(d for d in points_dir.iterdir() if d.is_dir()) if points_dir.is_dir() else []
+    ignored = [d.name for d in directories if point_ids is not None and d.name not in set(point_ids)]
     if point_ids is not None:
         directories = [d for d in directories if d.name in set(point_ids)]
     plan_issues: list[str] = []
@@ -531,6 +544,7 @@ def load_results(results_dir: str | Path, point_ids: list[str] | None = None,
     results = load_directories(results_dir, directories, confidence)
     results.plan = {e["point_id"]: e for e in plan_points
                     if isinstance(e, dict) and isinstance(e.get("point_id"), str)}
+    results.ignored = ignored
     return results
 
 
@@ -550,7 +564,8 @@ def load_directories(results_dir: str | Path, directories: list[Path], confidenc
             record.point_id = names[index]
         points.append(record)
         cells_part, requests_part = _cell_rows(record, cells, requests)
-        cell_rows.extend(cells_part)
+        launch_of = read_launch_map(Path(directory))  # the server launch of each repeat, when merged from several
+        cell_rows.extend({**row, "launch": launch_of.get(row["repeat"])} for row in cells_part)
         request_rows.extend(requests_part)
         if problems:
             coding_records[record.point_id] = problems
@@ -595,6 +610,9 @@ class ResolvedRegime:
     note: str | None
     table: pd.DataFrame
     repeats: dict[str, dict[int, float]] = field(default_factory=dict)
+    # per point: launch index -> launch figure (mean log), and the pooled two-way launch variance (launch_model)
+    launches: dict[str, dict[int, float]] = field(default_factory=dict)
+    launch_variance: tuple[float, int] = (math.nan, 0)
     _figures: dict[str, dict[str, float]] | None = field(default=None, repr=False, compare=False)
 
     def cell(self) -> str:
@@ -615,11 +633,24 @@ class ResolvedRegime:
 
     def difference(self, point_id: str, other_id: str) -> LogDifference | None:
         """Log ratio of `point_id` over `other_id` in the better direction (> 0: `point_id` is better)."""
+        la, lb = self.launches.get(point_id), self.launches.get(other_id)
+        if la and lb and len(la) >= 2 and len(lb) >= 2:  # launches are the unit
+            v2, df2 = self.launch_variance
+            return launch_difference(lb, la, v2, df2) if self.regime.lower_is_better else launch_difference(
+                la, lb, v2, df2)
         a, b = self.repeats.get(point_id), self.repeats.get(other_id)
         if not a or not b:
             return None
         diff = log_difference(b, a) if self.regime.lower_is_better else log_difference(a, b)
         return diff
+
+    def units(self, point_id: str) -> dict[int, float]:
+        """The independent figures of a point for combined comparisons: one per launch (exp of the launch's mean
+        log, keyed by launch index) when it ran in two or more, else one per repeat."""
+        launches = self.launches.get(point_id)
+        if launches and len(launches) >= 2:
+            return {k: math.exp(v) for k, v in launches.items()}
+        return self.repeats.get(point_id, {})
 
     def speedup(self, point_id: str, other_id: str | None, level: float) -> Estimate | None:
         """How many times better `point_id` is than `other_id` (> 1: better), with its interval."""
@@ -664,7 +695,12 @@ def resolve_regime(results: ResultSet, regime: Regime, point_ids: list[str] | No
     table = data[(data["context"] == context) & (data["concurrency"] == concurrency)]
     table = table.sort_values(["mean", "point_id"], ascending=[regime.lower_is_better, True]).reset_index(drop=True)
     repeats = repeat_values(results.cells, regime.metric, context, concurrency, list(table["point_id"]))
-    return ResolvedRegime(regime, context, concurrency, note, table, repeats)
+    cells = results.cells
+    at = cells[(cells["context"] == context) & (cells["concurrency"] == concurrency)
+               & cells["point_id"].isin(list(table["point_id"]))]
+    launches = cell_launches(at, METRIC_COLUMNS[regime.metric])
+    _, _, v2, df2 = pooled_variances(launches)
+    return ResolvedRegime(regime, context, concurrency, note, table, repeats, launches, (v2, df2))
 
 
 def ar_point_id(results: ResultSet) -> str | None:

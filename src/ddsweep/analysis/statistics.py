@@ -181,3 +181,11 @@ def holm(p_values: Mapping[str, float], alpha: float) -> dict[str, bool]:
             stop = True
             rejected[key] = False
     return rejected
+
+
+def holm_levels(p_values: Mapping[str, float], alpha: float) -> dict[str, float]:
+    """The significance level each hypothesis faces in Holm's procedure, alpha / (m - rank), rank 0 for the
+    smallest p-value: a one-sided test rejects at that level exactly when the two-sided interval at
+    1 - 2·level lies beyond the null (so that the printed interval and the test agree)."""
+    ordered = sorted(p_values.items(), key=lambda kv: (kv[1], kv[0]))
+    return {key: alpha / (len(ordered) - i) for i, (key, _) in enumerate(ordered)}

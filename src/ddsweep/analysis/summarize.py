@@ -11,15 +11,17 @@ from typing import Any
 
 import yaml
 
+from ddsweep.analysis.chain import chain_section
 from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.document import build_summary, jsonable
 from ddsweep.analysis.drift import load_reference_runs
 from ddsweep.analysis.funnel_section import funnel_block
+from ddsweep.analysis.launch_spread import spread_block
 from ddsweep.analysis.plots import PlotData, write_plots
 from ddsweep.analysis.render import render_markdown
 from ddsweep.analysis.results import load_results
+from ddsweep.analysis.scope import ignored_caveat, study_point_ids
 from ddsweep.analysis.tables import overview_table, write_tables
-from ddsweep.config.study import configured_point_ids
 from ddsweep.storage import write_text_atomic
 
 
@@ -41,13 +43,15 @@ class SummaryResult:
 
 
 def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | None,
-              config_path: Path | None = None, reference: list[Path] | None = None) -> SummaryResult:
+              config_path: Path | None = None, reference: list[Path] | None = None,
+              points: list[Path] | None = None) -> SummaryResult:
     """Write RESULTS_DIR/tables/*.csv, REPORTS_DIR/plots/*.png, REPORTS_DIR/summary.json and the Markdown
     rendered from it, REPORTS_DIR/optimization_summary.md. `reference`: the done.json files of the end-of-study
-    reference runs (sweep.reference), compared with the reference point in a caveat only."""
+    reference runs (sweep.reference), compared with the reference point in a caveat only. `points`: the done.json
+    files of this study's points (the workflow's inputs); other point directories are named as ignored."""
     results_dir, reports_dir = Path(results_dir), Path(reports_dir)
     settings = Settings.from_config(config, config_path)
-    results = load_results(results_dir, configured_point_ids(config), settings.confidence)
+    results = load_results(results_dir, study_point_ids(config, points), settings.confidence)
     decisions = analyse(results, settings)
     decisions.reference = load_reference_runs(results_dir, reference or [], settings.confidence)
     resolved = [o.resolved for o in decisions.regimes]
@@ -55,9 +59,16 @@ def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | Non
     plot_data = PlotData(results, {r.regime.name: r for r in resolved}, decisions.pareto, decisions.lossless)
     plots = write_plots(plot_data, reports_dir / "plots")
     document = jsonable(build_summary(decisions))
+    chain = chain_section(decisions)
+    if chain is not None:
+        document["sections"].insert(0, jsonable(chain))
     funnel = funnel_block(results_dir)  # an adaptive study's stages (docs/adaptive.md)
     if funnel is not None:
         document["sections"].append(funnel)
+    document["caveats"].append(jsonable(spread_block(decisions, results_dir)))
+    ignored = ignored_caveat(results.ignored)
+    if ignored is not None:
+        document["caveats"].append(ignored)
     json_path = write_text_atomic(reports_dir / "summary.json", json.dumps(document, indent=1) + "\n")
     summary_path = write_text_atomic(reports_dir / "optimization_summary.md", render_markdown(document))
     return SummaryResult(
@@ -82,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"ddsweep summarize: results directory {args.results_dir} does not exist", file=sys.stderr)
         return 2
     result = summarize(Path(args.results_dir), Path(args.out), config,
-                       Path(args.config) if args.config else None, [Path(f) for f in args.reference])
+                       Path(args.config) if args.config else None, [Path(f) for f in args.reference],
+                       [Path(f) for f in args.points])
     print(result.summary_path)
     return 0
 
@@ -99,4 +111,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--reference", nargs="*", default=[], metavar="DONE_JSON",
                         help="done.json of each end-of-study reference run (results/reference/end-<host>/), "
                              "compared with the reference point's own result; never ranked")
+    parser.add_argument("--points", nargs="*", default=[], metavar="DONE_JSON",
+                        help="done.json of each of this study's points (the workflow passes them); other directories "
+                             "under RESULTS_DIR/points are ignored and named. Default: the configured grid's points")
     parser.set_defaults(func=run)

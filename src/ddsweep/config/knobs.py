@@ -147,6 +147,12 @@ TREE_EXPRESSIONS = {"tree": ("width", "depth_limit", "nodes", "verify_width"),
 TREE_KEYS = ("chain_if", "chain_length", "width", "depth_limit", "nodes", "verify_width")
 
 
+def tree_capacity(width: int, depth: int) -> int:
+    """Most nodes a tree of this width (children per node) and depth can hold: width + width² + … + width^depth;
+    a width-1 tree is a chain of `depth` nodes."""
+    return depth if width == 1 else width * (width ** depth - 1) // (width - 1)
+
+
 @dataclass(frozen=True)
 class EffectiveTree:
     """The draft tree the engine builds for a point: shape, width, depth limit, node count, verify width."""
@@ -159,12 +165,19 @@ class EffectiveTree:
     verify_width: int | None = None
 
     def describe(self) -> str:
-        """Short text for tables, e.g. `tree w2 d7 n8`, `chain 7`, `none`, `unknown`."""
+        """Short text for tables, e.g. `tree w2 d7 n8 v9`, `chain 7 v8`, `none`, `unknown` (v: verify width)."""
         if self.shape == "tree":
-            return f"tree w{self.width} d{self.depth_limit} n{self.nodes}"
+            return f"tree w{self.width} d{self.depth_limit} n{self.nodes} v{self.verify_width}"
         if self.shape == "chain":
-            return f"chain {self.depth_limit}"
+            return f"chain {self.depth_limit} v{self.verify_width}"
         return self.shape
+
+    def drafted(self) -> tuple:
+        """The drafted tokens' structure without the verify width: points with equal drafted trees accept alike
+        (a width-1 tree is the chain of its nodes)."""
+        if self.shape == "chain" or (self.shape == "tree" and self.width == 1):
+            return ("chain", self.nodes)
+        return (self.shape, self.width, self.depth_limit, self.nodes)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data for plan.json and tables."""
@@ -226,11 +239,28 @@ def effective_tree(preset: Mapping[str, Any], knobs: Mapping[str, Any], where: s
         length = count("chain_length")
         return EffectiveTree(rule=tree["rule"], shape="chain", width=1, depth_limit=length, nodes=length,
                              verify_width=count("verify_width"))
-    return EffectiveTree(rule=tree["rule"], shape="tree", width=count("width"), depth_limit=count("depth_limit"),
-                         nodes=count("nodes"), verify_width=count("verify_width"))
+    width, depth = count("width"), count("depth_limit")
+    # The rule's `nodes` is an upper bound (the budget); the tree's shape bounds it too.
+    return EffectiveTree(rule=tree["rule"], shape="tree", width=width, depth_limit=depth,
+                         nodes=min(count("nodes"), tree_capacity(width, depth)), verify_width=count("verify_width"))
 
 
 def absorbed_knobs(preset: Mapping[str, Any]) -> tuple[str, ...]:
-    """Knobs that reach the engine only through the tree (`tree.absorbs`): equal trees make them irrelevant."""
+    """Knobs that reach the engine only through the tree and its verify width (`tree.absorbs`): points with equal
+    trees and verify widths differ in them only in name."""
     tree = preset.get("tree")
     return tuple(tree.get("absorbs", [])) if tree else ()
+
+
+def tree_rule_confirmed(preset: Mapping[str, Any]) -> bool:
+    """Whether alias groups may rest on the preset's tree rule: the user trusts it (`tree.trusted`), or a
+    `verify.log_patterns` entry checks, in the engine's own log, a knob the rule reads (the engine states the tree
+    settings it applied, so a build with another rule for these knobs fails verification instead of passing)."""
+    tree = preset.get("tree")
+    if not tree:
+        return False
+    if tree.get("trusted"):
+        return True
+    used = {node.id for key in TREE_KEYS if key in tree for node in ast.walk(ast.parse(str(tree[key]), mode="eval"))
+            if isinstance(node, ast.Name)}
+    return any(route.verify_log_patterns for name, route in knob_routes(preset).items() if name in used)

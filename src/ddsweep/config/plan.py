@@ -1,11 +1,14 @@
 """`ddsweep plan`: the expanded sweep with each point's effective tree, its alias groups and a GPU-time estimate.
 
-Points whose server configuration is identical (same preset, same effective tree, same values of every knob
-the tree does not absorb) form an alias group. By default only the group's representative runs (the member
+Points whose server configuration is identical (same preset, same effective tree and verify width, same values
+of every knob the tree does not absorb) form an alias group, provided a log check confirms the preset's tree
+rule or the user trusts it (`tree.trusted`). By default only the group's representative runs (the member
 with the smallest absorbed knobs, e.g. the smallest topk; ties broken by the order of expansion); the others
-are recorded as its aliases. `sweep.run_aliases: true` runs every point. The plan document written with
-`--write` (results/plan.json in the workflow) is described in docs/results-schema.md. The subcommand itself is
-registered by adaptive/cli.py, which adds an adaptive study's stage plan (config imports nothing from adaptive)."""
+are recorded as its aliases. `sweep.run_aliases: true` runs every point. Groups that draft the same tree but
+verify a different number of slots are acceptance twins: they accept alike by construction and differ in cost.
+The plan document written with `--write` (results/plan.json in the workflow) is described in
+docs/results-schema.md. The subcommand itself is registered by adaptive/cli.py, which adds an adaptive study's
+stage plan (config imports nothing from adaptive)."""
 
 from __future__ import annotations
 
@@ -20,8 +23,10 @@ from ddsweep.config.knobs import (
     EffectiveTree,
     absorbed_knobs,
     effective_tree,
+    tree_rule_confirmed,
     unverified_knobs,
 )
+from ddsweep.config.launches import grid_launches
 from ddsweep.config.reference import reference_benchmark, reference_enabled, reference_point
 from ddsweep.config.study import Point, expand_points
 
@@ -37,6 +42,7 @@ class PlannedPoint:
     tree: EffectiveTree
     group: str  # the id of the group's representative
     runs: bool
+    twins: str | None = None  # the first group drafting the same tree at another verify width, if any
 
     @property
     def alias_of(self) -> str | None:
@@ -47,11 +53,23 @@ class PlannedPoint:
 def server_key(config: dict, point: Point, tree: EffectiveTree) -> tuple:
     """What makes a server configuration distinct: the preset, the tree and the knobs the tree does not absorb."""
     preset = config["engine"]["presets"][point.preset]
-    if tree == UNKNOWN_TREE:
+    if tree == UNKNOWN_TREE or not tree_rule_confirmed(preset):
         return (point.preset, tuple(point.knobs.items()))
+    return (point.preset, tree, _kept_knobs(preset, point))
+
+
+def _kept_knobs(preset: dict, point: Point) -> tuple:
+    """The point's knobs that reach the engine other than through the tree (not `tree.absorbs`)."""
     absorbed = absorbed_knobs(preset)
-    kept = tuple((k, v) for k, v in point.knobs.items() if k not in absorbed)
-    return (point.preset, tree, kept)
+    return tuple((k, v) for k, v in point.knobs.items() if k not in absorbed)
+
+
+def twin_key(config: dict, point: Point, tree: EffectiveTree) -> tuple | None:
+    """What makes a point's acceptance distinct: the preset, the drafted tree (verify width left out) and the knobs
+    the tree does not absorb; None when the tree is unknown."""
+    if tree == UNKNOWN_TREE or tree.shape == "none":
+        return None
+    return (point.preset, tree.drafted(), _kept_knobs(config["engine"]["presets"][point.preset], point))
 
 
 def plan_points(config: dict) -> list[PlannedPoint]:
@@ -71,8 +89,15 @@ def plan_points(config: dict) -> list[PlannedPoint]:
 
         chosen = points[min(members, key=order)].point_id
         representative.update({i: chosen for i in members})
+    twin_sets: dict[tuple, list[str]] = {}
+    for index, (point, tree) in enumerate(zip(points, trees, strict=True)):
+        key = twin_key(config, point, tree)
+        if key is not None and representative[index] not in twin_sets.setdefault(key, []):
+            twin_sets[key].append(representative[index])
+    twins = {group: members[0] for members in twin_sets.values() if len(members) > 1 for group in members}
     run_all = config["sweep"]["run_aliases"]
-    return [PlannedPoint(point=p, tree=t, group=representative[i], runs=run_all or representative[i] == p.point_id)
+    return [PlannedPoint(point=p, tree=t, group=representative[i], runs=run_all or representative[i] == p.point_id,
+                         twins=twins.get(representative[i]))
             for i, (p, t) in enumerate(zip(points, trees, strict=True))]
 
 
@@ -102,15 +127,19 @@ def cell_share(concurrency: int, requests: int | None, full: int | None) -> floa
 
 
 def estimate_minutes(config: dict, n_points: int) -> dict[str, float]:
-    """GPU-time estimate for `n_points` jobs from the configured startup and per-cell times."""
+    """GPU-time estimate for `n_points` points from the configured startup and per-cell times: one start-up per
+    server launch (`sweep.launches` per grid point)."""
     est = config["resources"]["estimate"]
     bench = config["benchmark"]
     cells = len(benchmark_cells(bench)) * bench["repeats"]
     coding = est["coding_min"] if config["coding_eval"]["enabled"] else 0.0
-    per_point = est["startup_min"] + cells * est["cell_min"] + coding
+    launches = grid_launches(config)
+    per_point = est["startup_min"] * launches + cells * est["cell_min"] + coding
     gpus = config["resources"]["gpus"]
     return {"per_point_min": per_point, "total_min": per_point * n_points,
-            "gpu_hours": per_point * n_points * gpus / 60, "cells_per_point": cells}
+            "gpu_hours": per_point * n_points * gpus / 60, "cells_per_point": cells,
+            "launches_per_point": launches, "startups": launches * n_points,
+            "extra_startup_min": est["startup_min"] * (launches - 1) * n_points}
 
 
 def count_hosts(nodelist: str) -> int:
@@ -160,15 +189,22 @@ def plan_document(config: dict, on_slurm: bool = False) -> dict[str, Any]:
     groups: dict[str, list[str]] = {}
     for p in planned:
         groups.setdefault(p.group, []).append(p.point.point_id)
+    twins = {p.group: p.twins for p in planned if p.twins}
     presets = config["engine"]["presets"]
     return {
         "format": PLAN_FORMAT, "study": config["study"], "simulated": bool(config["simulated"]),
         "run_aliases": config["sweep"]["run_aliases"],
         "points": [{"point_id": p.point.point_id, "preset": p.point.preset, "kind": p.point.kind,
                     "knobs": p.point.knobs, "tree": p.tree.as_dict(), "alias_group": p.group,
-                    "alias_of": p.alias_of, "runs": p.runs} for p in planned],
+                    "alias_of": p.alias_of, "runs": p.runs, "twin_group": p.twins} for p in planned],
         "groups": [{"representative": rep, "members": members} for rep, members in groups.items()],
+        "twin_groups": [{"first": first, "groups": [g for g in groups if twins.get(g) == first]}
+                        for first in dict.fromkeys(twins.values())],
         "distinct_server_configurations": len(groups),
+        "tree_rules": {name: {"rule": (presets[name].get("tree") or {}).get("rule"),
+                              "absorbs": list(absorbed_knobs(presets[name])),
+                              "confirmed": tree_rule_confirmed(presets[name])}
+                       for name in dict.fromkeys(p.point.preset for p in planned)},
         "unverified_knobs": {name: unverified_knobs(presets[name]) for name in
                              dict.fromkeys(p.point.preset for p in planned)},
         "estimate": {"all_points": estimate_minutes(config, len(planned)),
@@ -184,7 +220,9 @@ def format_plan(config: dict, strategy_lines: Sequence[str] = (), on_slurm: bool
     jobs, their start-ups, the reference runs), followed by `strategy_lines` (an adaptive study's stage plan,
     adaptive/stages.py)."""
     planned = plan_points(config)
-    header = (f"{'point':<24} {'preset':<10} {'kind':<7} {'budget':>6} {'topk':>5} {'block':>6} {'window':>7}  "
+    wid = max([24, *(len(p.point.point_id) for p in planned)])
+    wpre = max([10, *(len(p.point.preset) for p in planned)])
+    header = (f"{'point':<{wid}} {'preset':<{wpre}} {'kind':<7} {'budget':>6} {'topk':>5} {'block':>6} {'window':>7}  "
               f"{'effective tree':<18} {'runs':<5} alias of")
     lines = [header, "-" * len(header)]
     for planned_point in planned:
@@ -193,7 +231,7 @@ def format_plan(config: dict, strategy_lines: Sequence[str] = (), on_slurm: bool
         def show(value: int | None) -> str:
             return "-" if value is None else str(value)
         window = "off" if p.kind != "ar" and p.window is None else show(p.window)
-        lines.append(f"{p.point_id:<24} {p.preset:<10} {p.kind:<7} {show(p.budget):>6} {show(p.topk):>5} "
+        lines.append(f"{p.point_id:<{wid}} {p.preset:<{wpre}} {p.kind:<7} {show(p.budget):>6} {show(p.topk):>5} "
                      f"{show(p.block_size):>6} {window:>7}  {planned_point.tree.describe():<18} "
                      f"{'yes' if planned_point.runs else 'no':<5} {planned_point.alias_of or ''}")
     document = plan_document(config, on_slurm)
@@ -207,13 +245,25 @@ def format_plan(config: dict, strategy_lines: Sequence[str] = (), on_slurm: bool
         distinct = len({p.group for p in members})
         lines.append(f"  {kind}: {len(members)} point(s), {distinct} distinct server configuration(s)")
     if groups:
-        lines.append("alias groups (same preset, same effective tree, same other knobs):")
+        lines.append("alias groups (same preset, same effective tree and verify width, same other knobs):")
         lines += [f"  {g['representative']}: {', '.join(g['members'])}" for g in groups]
+    if document["twin_groups"]:
+        lines.append("acceptance twins (the same drafted tree at different verify widths: equal acceptance by "
+                     "construction, different cost; no evidence about the budget):")
+        lines += [f"  {', '.join(t['groups'])}" for t in document["twin_groups"]]
+    for preset, rule in document["tree_rules"].items():
+        if rule["rule"] and rule["absorbs"] and not rule["confirmed"]:
+            lines.append(f"preset {preset}: no verify.log_patterns entry confirms tree rule {rule['rule']}: its "
+                         "points are not merged into alias groups (tree.trusted: true merges them)")
     for preset, knobs in document["unverified_knobs"].items():
         if knobs:
             lines.append(f"preset {preset}: no verify entry checks {', '.join(knobs)} (unverified knobs)")
     gpus = config["resources"]["gpus"]
     every, runs = document["estimate"]["all_points"], document["estimate"]["running_points"]
+    if runs["launches_per_point"] > 1:
+        lines.append(f"each point runs in {runs['launches_per_point']} server launches (sweep.launches), its repeats "
+                     f"split across them: {runs['startups']} start-ups for what will run, "
+                     f"{runs['extra_startup_min'] / 60:.1f} h of them beyond one per point")
     lines += [f"{every['cells_per_point']} benchmark cells per point; estimated {every['per_point_min']:.0f} min "
               f"per point at {gpus} GPUs per point",
               f"every point: {every['total_min'] / 60:.1f} h of jobs = {every['gpu_hours']:.0f} GPU-hours",

@@ -116,6 +116,7 @@ def validate_config(raw: Mapping[str, Any]) -> dict:
     _check_resources(config)
     _check_coding(config)
     _check_reference(config, points)
+    _check_launches(config)
     if not points:
         raise ConfigError("sweep: the sweep expands to no points (empty grid, constraints remove every point, "
                           "and no baselines); nothing would run")
@@ -252,9 +253,10 @@ def expand_points(config: dict) -> list[Point]:
         points.append((_make_point(config, {"preset": baselines["ar_preset"]}, "baselines.ar"), "baselines.ar"))
     dflash = baselines.get("dflash")
     if dflash:
-        for bs, window in itertools.product(dflash["block_size"], dflash["window"]):
-            where = "baselines.dflash"
-            spec = {"preset": dflash["preset"], "block_size": bs, "window": window}
+        presets = [dflash["preset"], *([dflash["no_overlap_preset"]] if dflash.get("no_overlap_preset") else [])]
+        for preset, bs, window in itertools.product(presets, dflash["block_size"], dflash["window"]):
+            where = "baselines.dflash" + (".no_overlap_preset" if preset != dflash["preset"] else "")
+            spec = {"preset": preset, "block_size": bs, "window": window}
             points.append((_make_point(config, spec, where), where))
     sweep = config["sweep"]
     grid = sweep.get("grid")
@@ -283,6 +285,14 @@ def _check_trees(config: dict, points: list[Point]) -> None:
             effective_tree(config["engine"]["presets"][point.preset], point.knobs, f"point {point.point_id}")
         except ExpressionError as exc:
             raise ConfigError(f"engine.presets.{point.preset}.tree: {exc}") from exc
+
+
+def _check_launches(config: dict) -> None:
+    """A grid point's repeats are split across `sweep.launches` launches: each needs one repeat at least."""
+    sweep, repeats = config["sweep"], config["benchmark"].get("repeats", 3)
+    if sweep.get("strategy", "grid") == "grid" and sweep.get("launches", 2) > repeats:
+        raise ConfigError(f"sweep.launches: {sweep['launches']} launches per point need at least as many "
+                          f"benchmark.repeats (got {repeats}); each launch runs one repeat or more")
 
 
 def _check_analysis(config: dict) -> None:

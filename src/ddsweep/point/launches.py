@@ -1,8 +1,11 @@
-"""Merge an adaptive study's confirmation launches of one point into the ordinary per-point layout.
+"""Merge the server launches of one point into the ordinary per-point layout.
 
-Each confirmation repeat is a fresh server launch (results/confirm/<id>/launch-<k>/, one run-point each, one
-repeat per launch). Merged, launch k becomes repeat k of one point directory with the layout run-point writes
-(docs/results-schema.md), so `ddsweep summarize` compares points across launches without knowing about them.
+An adaptive study's confirmation runs one repeat per fresh server launch (results/confirm/<id>/launch-<k>/); a
+grid study splits each point's repeats across `sweep.launches` launches (results/launches/<id>/launch-<k>/).
+Merged, the repeats of launch k follow those of the earlier launches (repeat indices renumbered in order, so
+that launch k of every point pairs with launch k of every other) in one point directory with the layout
+run-point writes (docs/results-schema.md); launches.json lists each launch's repeats, which the summary uses to
+treat the launch as the independent unit (ddsweep.analysis.launch_model).
 """
 
 from __future__ import annotations
@@ -67,34 +70,47 @@ def merge_launches(launch_dirs: list[Path], out_dir: Path) -> dict:
         shutil.copytree(coding, out_dir / "coding")
     cells_doc: dict | None = None
     lines: list[str] = []
-    # Launch k is repeat k whatever launches failed: repeats are paired across points by their index (the same
-    # prompts in launch k of every point), so a completed launch keeps its own number.
+    # Launch k keeps its own number whatever launches failed, and its repeats follow those of the launches
+    # before it (stride: the most repeats one launch ran): repeats are paired across points by their index (the
+    # same prompts in launch k of every point), the launch model by the launch number.
+    local_repeats = {d: sorted({int(c.get("repeat") or 0) for c in _read_json(d / "bench" / "cells.json")["cells"]})
+                     or [0] for d in launch_dirs}
+    stride = max(len(reps) for reps in local_repeats.values())
+    repeats_of: dict[int, list[int]] = {}
     for directory in launch_dirs:
         k = launch_number(directory)
+        offset = k * stride
+        local = local_repeats[directory]
         doc = _read_json(directory / "bench" / "cells.json")
+        index = {rep: offset + i for i, rep in enumerate(local)}
         for cell in doc["cells"]:
-            cell["repeat"] = k
+            cell["repeat"] = index[int(cell.get("repeat") or 0)]
+            cell["launch"] = k
         if cells_doc is None:
             cells_doc = {**doc, "cells": []}
         cells_doc["cells"].extend(doc["cells"])
         for line in (directory / "bench" / "requests.jsonl").read_text(encoding="utf-8").splitlines():
             if line.strip():
                 record = json.loads(line)
-                record["repeat"] = k
+                record["repeat"] = index.get(int(record.get("repeat") or 0), offset)
                 record["launch"] = k
                 lines.append(json.dumps(record))
+        repeats_of[k] = sorted(index.values())
     assert cells_doc is not None
-    cells_doc["config"] = {**cells_doc.get("config", {}), "repeats": len(launch_dirs)}
+    cells_doc["config"] = {**cells_doc.get("config", {}), "repeats": sum(len(r) for r in repeats_of.values())}
     cells_doc["groups"] = group_figures(cells_doc["cells"])
     write_text_atomic(out_dir / "bench" / "requests.jsonl", "".join(line + "\n" for line in lines))
     write_json_atomic(out_dir / "bench" / "cells.json", cells_doc)
     write_json_atomic(out_dir / "launches.json", {
         "point_id": statuses[0]["point_id"], "simulated": any(s.get("simulated") for s in statuses),
         "launches": [{"launch": launch_number(d), "dir": str(d), "status": s,
+                      "repeats": repeats_of[launch_number(d)],
                       "environment": _read_json(d / "environment.json") if (d / "environment.json").exists() else None}
                      for d, s in zip(launch_dirs, statuses, strict=True)],
         "failed_launches": [{"dir": d, "failure": f} for d, f in failures.items()]})
-    status = {**statuses[0], "duration_s": round(sum(s.get("duration_s") or 0 for s in statuses), 3),
+    finished = [s["finished_utc"] for s in statuses if isinstance(s.get("finished_utc"), str)]
+    status = {**statuses[0], **({"finished_utc": max(finished)} if finished else {}),
+              "duration_s": round(sum(s.get("duration_s") or 0 for s in statuses), 3),
               "launches": len(launch_dirs), "simulated": any(s.get("simulated") for s in statuses)}
     write_json_atomic(out_dir / "status.json", status)
     return status

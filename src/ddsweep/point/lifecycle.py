@@ -49,6 +49,8 @@ class ServerSpec:
     log_patterns: list[str] = field(default_factory=list)
     launch_command: list[str] = field(default_factory=list)
     unverified_knobs: dict[str, Any] = field(default_factory=dict)
+    # Each log pattern with its placeholders matching any value: finds the line a failed pattern expected.
+    log_pattern_lines: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -103,8 +105,9 @@ def render_server(record: Mapping[str, Any], port: int) -> ServerSpec:
     verify = preset.get("verify", {})
     expected = {k: _fill(v, values) for k, v in verify.get("server_args", {}).items()}
     patterns = [str(_fill(p, values)) for p in verify.get("log_patterns", [])]
+    loose = [re.sub(r"\{[A-Za-z_]\w*\}", r"[^\\s,]*", str(p)) for p in verify.get("log_patterns", [])]
     launch = [str(_fill(p, values)) for p in verify.get("launch_command", [])]
-    return ServerSpec(command=command, env=env, host=host, port=port,
+    return ServerSpec(command=command, env=env, host=host, port=port, log_pattern_lines=loose,
                       expected_server_args=expected, log_patterns=patterns, launch_command=launch,
                       unverified_knobs={k: point.get(k) for k in unverified_knobs(preset)
                                                         if point.get(k) is not None})
@@ -339,14 +342,28 @@ def verify_settings(spec: ServerSpec, server_info: Mapping[str, Any], log_text: 
         checks.append({"source": "launch_command", "expected": needle, "actual": launch, "ok": ok,
                        "reason": None if ok else ("/server_info has no launch_command" if not isinstance(launch, str)
                                                   else "not in the server's launch_command")})
-    for pattern in spec.log_patterns:
+    for i, pattern in enumerate(spec.log_patterns):
         ok = re.search(pattern, log_text, re.MULTILINE) is not None
-        checks.append({"source": "log", "pattern": pattern, "ok": ok,
-                       "reason": None if ok else "pattern not found in the server log"})
+        logged = _lines_like(spec.log_pattern_lines[i], log_text) if not ok and i < len(spec.log_pattern_lines) else []
+        checks.append({"source": "log", "pattern": pattern, "ok": ok, "logged": logged,
+                       "reason": None if ok else (
+                           f"verify.log_patterns[{i}] expects this point's settings, but the server logged "
+                           f"{' | '.join(repr(line) for line in logged)}: the engine applied other settings "
+                           "(another budget or block size, or another tree rule)" if logged else
+                           f"verify.log_patterns[{i}]: pattern not found in the server log")})
     unverified = [{"knob": k, "value": v, "reason": "no verify check of the preset reads this knob"}
                   for k, v in spec.unverified_knobs.items()]
     return {"ok": all(c["ok"] for c in checks), "endpoint": server_info.get(INFO_ENDPOINT_KEY),
             "checks": checks, "unverified": unverified}
+
+
+def _lines_like(loose: str, log_text: str) -> list[str]:
+    """Up to three log lines matching a pattern whose placeholders match any value (what the server logged)."""
+    try:
+        found = [line.strip() for line in log_text.splitlines() if re.search(loose, line)]
+    except re.error:
+        return []
+    return found[:3]
 
 
 def describe_failed_checks(verification: Mapping[str, Any]) -> str:

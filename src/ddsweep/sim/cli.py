@@ -77,6 +77,7 @@ def add_lenient_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speculative-num-draft-tokens", type=int, default=None)
     parser.add_argument("--speculative-ddtree-budget", type=int, default=None)
     parser.add_argument("--speculative-draft-window-size", type=int, default=None)
+    parser.add_argument("--disable-overlap-schedule", action="store_true")  # DDTree's scheduling, for DFLASH too
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
@@ -276,6 +277,10 @@ def main(args: argparse.Namespace) -> int:
     fields = ", ".join(f"{k}={v!r}" for k, v in settings.server_args.items() if v is not None)
     log(f"server_args=ServerArgs({fields}) [simulated]")
     log(config_line(settings.knobs))
+    if settings.knobs.kind == "ddtree":
+        knobs = settings.knobs
+        log(f"Initialized DDTree worker. block_size={knobs.block_size}, tree_budget={knobs.budget}, "
+            f"max_tree_nodes={int(knobs.budget or 0) + 1} [simulated]")
     group = settings.server_args
     nnodes, rank = int(group.get("nnodes") or 1), int(group.get("node_rank") or 0)
     if nnodes > 1:

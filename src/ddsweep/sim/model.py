@@ -109,22 +109,38 @@ def _first_depth_q(params: ModelParams, kind: str) -> float:
     return {"prose": params.q0, "code": params.q0_code, "post_eos": params.q0_post_eos}[kind]
 
 
+def ddtree_shape(budget: int, topk: int, block_size: int) -> tuple[int, int, int]:
+    """(depth, width, nodes) of the tree PR #29907 drafts, with L = block_size - 1: a budget <= L is the spine
+    chain of `budget` tokens; a larger budget a tree of width min(max(budget // L + 1, 2), topk) down to depth L
+    with at most `budget` nodes and never more than its shape holds (a width-1 tree is a chain of L)."""
+    spine = max(1, block_size - 1)
+    if budget <= spine:
+        return budget, 1, budget
+    width = max(1, min(max(budget // spine + 1, 2), topk))
+    capacity = spine if width == 1 else width * (width ** spine - 1) // (width - 1)
+    return spine, width, min(budget, capacity)
+
+
 def depth_probabilities(params: ModelParams, knobs: Knobs, kind: str = "prose") -> list[float]:
-    """Probability that draft depth j is accepted given depth j-1 was; the list length is the maximum depth."""
+    """Probability that draft depth j is accepted given depth j-1 was; the list length is the maximum depth.
+
+    A DDTree's nodes beyond the spine are siblings, taken in one fixed order (shallow depths first, a depth's r-th
+    sibling two depths after its first), each adding `branch_gain` to its depth's effective width: a larger
+    budget or width only adds siblings, so acceptance never falls as the budget rises (PR #29907's best-first
+    tree of a larger budget contains the smaller one's)."""
     if knobs.kind == "ar":
         return []
     block = int(knobs.block_size or params.trained_block_size)
+    widths = [1.0] * max(1, block - 1)
     if knobs.kind == "ddtree":
-        budget = int(knobs.budget or 1)
-        depth = max(1, min(block - 1, budget))
-        topk = int(knobs.topk or 1)
-        width = 1.0 + params.branch_gain * (topk - 1) * budget / (budget + 8.0)
-    else:
-        depth = max(1, block - 1)
-        width = 1.0
+        depth, width, nodes = ddtree_shape(int(knobs.budget or 1), int(knobs.topk or 1), block)
+        widths = [1.0] * depth
+        order = sorted((j + 2 * r, j) for j in range(depth) for r in range(width - 1))
+        for _, j in order[:nodes - depth]:
+            widths[j] += params.branch_gain
     window_factor = 1.0 if knobs.window == params.trained_window else 0.985
     probs = []
-    for j in range(1, depth + 1):
+    for j, width in enumerate(widths, start=1):
         q = _first_depth_q(params, kind) * params.q_decay ** (j - 1) * window_factor
         if j >= params.trained_block_size:
             q *= params.beyond_factor

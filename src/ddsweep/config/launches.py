@@ -1,0 +1,39 @@
+"""A grid study's launches: each point's repeats split across `sweep.launches` server launches.
+
+The variation that separates two configurations in practice is between server launches and nodes, so a grid
+point is measured in several launches (separate jobs, scheduled launch by launch across the points, so that a
+point's launches are interleaved with other points'), each running its share of the repeats, the coding eval
+in the last. `ddsweep merge-launches` joins them into the point's directory and the summary treats the launch as
+the independent unit (ddsweep.analysis.launch_model)."""
+
+from __future__ import annotations
+
+from ddsweep.config.study import ConfigError, Point, point_record
+
+
+def grid_launches(config: dict) -> int:
+    """Server launches per grid point (1 for an adaptive study, whose confirmation launches are its own)."""
+    if config.get("sweep", {}).get("strategy") == "adaptive":
+        return 1
+    return int(config.get("sweep", {}).get("launches", 2))
+
+
+def launch_repeats(config: dict) -> list[int]:
+    """Repeats of each launch: the configured repeats split as evenly as possible, the earlier launches first."""
+    launches, repeats = grid_launches(config), int(config["benchmark"].get("repeats", 3))
+    if launches > repeats:
+        raise ConfigError(f"sweep.launches: {launches} launches need at least as many benchmark.repeats "
+                          f"(got {repeats}); each launch runs one repeat or more")
+    return [repeats // launches + (1 if k < repeats % launches else 0) for k in range(launches)]
+
+
+def launch_record(config: dict, point: Point, launch: int) -> dict:
+    """The run-point record of launch `launch` of a grid point: its share of the repeats, and the coding eval only
+    in the last launch (the eval does not measure speed, one launch suffices)."""
+    shares = launch_repeats(config)
+    record = point_record(config, point)
+    record["benchmark"] = {**record["benchmark"], "repeats": shares[launch]}
+    if launch != len(shares) - 1:
+        record["coding_eval"] = {**record["coding_eval"], "enabled": False}
+    record["launch"] = launch
+    return record

@@ -1,0 +1,61 @@
+"""The measured launch-to-launch spread: pooled over points with two or more launches, with an interval that
+covers the true spread, and the adaptive study's warning when its assumed launch_cv was optimistic."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+from pathlib import Path
+
+from studies import REGIMES_CONFIG, TruePoint, build
+
+from ddsweep.analysis.decisions import Settings, analyse
+from ddsweep.analysis.launch_spread import chi2_quantile, pooled_spread, spread_block
+
+
+def test_chi_square_quantiles_are_close_to_the_exact_values():
+    # exact: chi2(0.975, 10) = 20.483, chi2(0.025, 10) = 3.247, chi2(0.95, 30) = 43.773
+    assert abs(chi2_quantile(0.975, 10) - 20.483) < 0.1 and abs(chi2_quantile(0.025, 10) - 3.247) < 0.05
+    assert abs(chi2_quantile(0.95, 30) - 43.773) < 0.1
+
+
+def test_the_pooled_spread_interval_covers_the_true_spread_at_its_level():
+    rng = random.Random(1)
+    covered, trials = 0, 2000
+    for _ in range(trials):
+        per_launch = {f"p{i}": {k: 100.0 * math.exp(rng.gauss(0, 0.03)) for k in range(3)} for i in range(6)}
+        sd, low, high, df = pooled_spread(per_launch, 0.95)
+        assert df == 12 and low < sd < high
+        covered += low <= 0.03 <= high
+    assert 0.93 <= covered / trials <= 0.97, covered / trials
+    assert pooled_spread({"a": {0: 1.0}}, 0.95) is None
+
+
+def _launched(tmp_path: Path, ids: list[str]) -> Path:
+    for pid in ids:
+        (tmp_path / "points" / pid).mkdir(parents=True)
+        (tmp_path / "points" / pid / "launches.json").write_text(json.dumps({"launches": [{}, {}, {}]}))
+    return tmp_path
+
+
+def test_an_adaptive_study_is_warned_when_its_assumed_launch_cv_was_optimistic(tmp_path):
+    points = [TruePoint(f"bs8-b{b}-t4-w2048", budget=b, decode=100.0 + b) for b in (4, 8, 12, 16)]
+    results = build(points, 0, noise=0.08, shared=0.0)  # 8% between launches, one repeat each
+    config = copy.deepcopy(REGIMES_CONFIG)
+    config["sweep"] = {"strategy": "adaptive", "screen": {"launch_cv": 0.01}}
+    decisions = analyse(results, Settings.from_config(config))
+    block = spread_block(decisions, _launched(tmp_path, [p.point_id for p in points]))
+    latency = next(s for s in block["spreads"] if s["regime"] == "latency")
+    assert latency["df"] == 8 and latency["points"] == 4 and latency["low"] > 0.01
+    assert any("optimistic" in item and "launch_cv = 1.0%" in item for item in block["items"])
+    config["sweep"]["screen"]["launch_cv"] = 0.5
+    calm = spread_block(analyse(results, Settings.from_config(config)), tmp_path)
+    assert not any("optimistic" in item for item in calm["items"])
+
+
+def test_a_study_without_launches_says_the_spread_was_not_measured(tmp_path):
+    decisions = analyse(build([TruePoint("bs8-b8-t4-w2048")], 0), Settings.from_config(copy.deepcopy(REGIMES_CONFIG)))
+    block = spread_block(decisions, tmp_path)
+    assert block["text"].startswith("Not measured") and "table" not in block

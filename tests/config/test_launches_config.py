@@ -1,0 +1,36 @@
+"""A grid point's repeats split across server launches (sweep.launches), the coding eval in the last launch."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from conftest import demo_config
+
+from ddsweep.config.launches import grid_launches, launch_record, launch_repeats
+from ddsweep.config.study import ConfigError, find_point, validate_config
+
+
+def test_repeats_are_split_across_the_launches_and_the_coding_eval_runs_once():
+    config = demo_config()
+    assert grid_launches(config) == 2 and config["benchmark"]["repeats"] == 3
+    assert launch_repeats(config) == [2, 1]
+    point = find_point(config, "bs8-b8-t4-w2048")
+    records = [launch_record(config, point, k) for k in range(2)]
+    assert [r["benchmark"]["repeats"] for r in records] == [2, 1]
+    assert [r["coding_eval"]["enabled"] for r in records] == [False, True]
+    assert [r["launch"] for r in records] == [0, 1]
+    three = demo_config(sweep={"launches": 3})
+    assert launch_repeats(three) == [1, 1, 1]
+
+
+def test_more_launches_than_repeats_is_a_configuration_error():
+    config = copy.deepcopy(demo_config())
+    config["sweep"]["launches"] = 4
+    with pytest.raises(ConfigError, match=r"sweep.launches: 4 launches per point need at least as many "
+                                          r"benchmark.repeats \(got 3\)"):
+        validate_config(config)
+
+
+def test_an_adaptive_study_has_its_own_launches():
+    assert grid_launches(demo_config(sweep={"strategy": "adaptive"})) == 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from ddsweep.analysis.pareto_plot import gpu_count_of, operating_points, pareto_figure  # noqa: E402
 from ddsweep.analysis.results import (  # noqa: E402
     METRIC_LABELS,
     ResolvedRegime,
@@ -40,6 +41,7 @@ class PlotData:
     regimes: dict[str, ResolvedRegime]
     pareto: list[str]
     lossless: LosslessResult
+    picks: dict[str, list[str]] = field(default_factory=dict)  # recommended point -> the priorities it serves
 
     @property
     def simulated(self) -> bool:
@@ -269,6 +271,19 @@ def pareto(data: PlotData) -> Figure:
     return fig
 
 
+def pareto_per_user(data: PlotData) -> Figure:
+    """Per-user speed against aggregate throughput, one curve per point across concurrencies."""
+    title = "Per-user speed vs aggregate throughput, one curve per point across concurrency"
+    points = operating_points(data.results.groups, {p.point_id for p in data.results.ok_points()})
+    if points.empty:
+        return _no_data(data, title, "points with both decode speed and aggregate throughput")
+    contexts = sorted({int(c) for c in points["context"]})
+    fig, axes = _figure(data, title, len(contexts), ncols=1, panel_size=(13.0, 6.0))
+    kinds = {p.point_id: str(p.kind) for p in data.results.ok_points()}
+    gpus = gpu_count_of([p.environment for p in data.results.ok_points()])
+    return pareto_figure(fig, axes, points, data.picks, kinds, gpus, data.results.confidence)
+
+
 def coding(data: PlotData) -> Figure:
     """Coding pass rate and exact-match rate vs ar, per point."""
     title = "Coding check: pass rate and exact match with ar outputs"
@@ -310,6 +325,7 @@ PLOTS: dict[str, Callable[[PlotData], Figure]] = {
     "heatmap_latency": heatmap_latency,
     "heatmap_throughput": heatmap_throughput,
     "pareto": pareto,
+    "pareto_per_user": pareto_per_user,
     "coding": coding,
 }
 
@@ -320,15 +336,19 @@ def write_plots(data: PlotData, plots_dir: str | Path) -> dict[str, Path]:
     plots_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name, build in PLOTS.items():
-        fig = build(data)
-        path = plots_dir / f"{name}.png"
-        tmp = plots_dir / f".{name}.tmp.png"
-        try:
-            fig.savefig(tmp, dpi=110)
-            tmp.replace(path)
-        finally:
-            plt.close(fig)
-            tmp.unlink(missing_ok=True)
-        paths[name] = path
+        paths[name] = save_figure(build(data), plots_dir / f"{name}.png")
     return paths
+
+
+def save_figure(fig: Figure, path: Path) -> Path:
+    """Write a figure as PNG through a temporary file in the same directory (a file that exists is whole), then
+    close it."""
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    try:
+        fig.savefig(tmp, dpi=110)
+        tmp.replace(path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
+    return path
 

@@ -203,13 +203,17 @@ def command_changes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     out = []
     matcher = difflib.SequenceMatcher(a=a["argv"], b=b["argv"], autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag != "equal":
-            context = a["argv"][i1 - 1] + " " if i1 > 0 and a["argv"][i1 - 1].startswith("-") else ""
-            out.append(f"`{context}{' '.join(a['argv'][i1:i2]) or '(nothing)'}` → "
-                       f"`{context}{' '.join(b['argv'][j1:j2]) or '(nothing)'}`")
+        old, new = " ".join(a["argv"][i1:i2]), " ".join(b["argv"][j1:j2])
+        if tag == "insert":
+            out.append(f"added `{new}`")
+        elif tag == "delete":
+            out.append(f"removed `{old}`")
+        elif tag == "replace":
+            flag = a["argv"][i1 - 1] + " " if i1 > 0 and a["argv"][i1 - 1].startswith("-") else ""
+            out.append(f"`{flag}{old}` → `{flag}{new}`")
     for name in sorted(set(a["env"]) | set(b["env"])):
         if a["env"].get(name) != b["env"].get(name):
-            out.append(f"`{name}={a['env'].get(name, '')}` → `{name}={b['env'].get(name, '')}`")
+            out.append(f"environment `{name}={a['env'].get(name, '')}` → `{name}={b['env'].get(name, '')}`")
     return out
 
 
@@ -307,6 +311,7 @@ def compare_plot(doc: dict[str, Any], path: Path) -> Path:
                 highs.append((ratio["ci_high"] if ratio["ci_high"] is not None else ratio["value"]) - ratio["value"])
         ax.errorbar(xs, ys, xerr=[lows, highs], fmt="o", capsize=3, color="tab:blue")
         ax.axvline(1.0, color="gray", linestyle="--", linewidth=1)
+        ax.set_ylim(-0.6, max(1, len(rows)) - 0.4)
         ax.set_title(f"{r['name']}\n{r['metric']} at context {r['context']}, C={r['concurrency']}", fontsize=9)
         ax.set_xlabel(f"B / A (> 1: B better; bars {m['level']:.0%} CI)")
         ax.grid(True, axis="x", alpha=0.3)

@@ -93,6 +93,7 @@ def recommend(d: Decisions, pick: PriorityPick) -> dict[str, Any]:
     record = d.results.point(recommended)
     entry.update({
         "label": record.label() if record else recommended, "kind": record.kind if record else None,
+        "preset": record.preset if record else None, "knobs": record.knobs() if record else {},
         "cost": {"verify_width": cost.verify_width, "block_size": cost.block_size, "source": cost.source},
         "gains": _gains(d, pick, recommended), "gives_up": _gives_up(d, pick, recommended),
         "launch": launch_of(d.results.results_dir, recommended)})

@@ -15,6 +15,10 @@ from matplotlib.lines import Line2D
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">")
 BASELINE_STYLE = {"ar": ("black", "--"), "dflash": ("dimgray", "-.")}
+# The picks take strong colours; the other points tab10's rest, then tab20's light shades (no greys: baselines).
+PICK_COLORS = ("tab:red", "tab:blue", "tab:green", "tab:purple", "tab:orange")
+PALETTE = [plt.get_cmap("tab10")(i) for i in (5, 6, 8, 9)] + [
+    plt.get_cmap("tab20")(i) for i in range(1, 20, 2) if i != 15]
 
 
 def operating_points(groups: pd.DataFrame, ok_ids: set[str]) -> pd.DataFrame:
@@ -50,8 +54,8 @@ def _err(frame: pd.DataFrame, axis: str) -> np.ndarray:
 def draw(ax: plt.Axes, points: pd.DataFrame, picks: dict[str, list[str]], kinds: dict[str, str],
          gpu_count: int | None, marker: dict[int, str]) -> None:
     """One panel: a curve per point (markers per concurrency), interval bars, picks named, the frontier."""
-    colors = plt.get_cmap("tab10")
-    ids = sorted(kinds)
+    picked_ids = sorted(picks)
+    others = [pid for pid in sorted(kinds) if pid not in picks]
     front = frontier(points)
     ax.plot(front["mean_x"], front["mean_y"], color="gold", linewidth=9, alpha=0.45, zorder=0,
             solid_capstyle="round", label="frontier of operating points (means)")
@@ -59,7 +63,9 @@ def draw(ax: plt.Axes, points: pd.DataFrame, picks: dict[str, list[str]], kinds:
         rows = rows.sort_values("concurrency")
         picked = point_id in picks
         baseline = kinds.get(point_id) in BASELINE_STYLE
-        color, style = BASELINE_STYLE.get(kinds.get(point_id, ""), (colors(ids.index(point_id) % 10), "-"))
+        color, style = BASELINE_STYLE.get(kinds.get(point_id, ""), (
+            PICK_COLORS[picked_ids.index(point_id) % len(PICK_COLORS)] if picked
+            else PALETTE[others.index(point_id) % len(PALETTE)], "-"))
         ax.errorbar(rows["mean_x"], rows["mean_y"], xerr=_err(rows, "x"), yerr=_err(rows, "y"), color=color,
                     linestyle=style, linewidth=2.6 if picked else 1.2, alpha=1.0 if picked or baseline else 0.6,
                     capsize=2, elinewidth=0.8, label=point_id + (" (pick)" if picked else ""))

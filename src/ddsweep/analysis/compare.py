@@ -63,8 +63,11 @@ def _results_dir(root: Path) -> Path:
 
 
 def _config_near(results_dir: Path) -> dict[str, Any] | None:
-    """The study config archived beside the results (a bundle's config/*.yaml), if there is exactly one."""
-    configs = sorted((results_dir.parent / "config").glob("*.yaml"))
+    """The study config the workflow wrote (results/study_config.yaml), else the one archived beside the results
+    (a bundle's config/*.yaml) if there is exactly one."""
+    configs = [results_dir / "study_config.yaml"]
+    if not configs[0].is_file():
+        configs = sorted((results_dir.parent / "config").glob("*.yaml"))
     if len(configs) != 1:
         return None
     try:
@@ -361,6 +364,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("study_a", metavar="STUDY_A")
     parser.add_argument("study_b", metavar="STUDY_B")
     parser.add_argument("--out", default="reports/compare", help="output directory (default: reports/compare)")
-    parser.add_argument("--config-a", help="study A's config (default: the config archived in a bundle)")
-    parser.add_argument("--config-b", help="study B's config (default: the config archived in a bundle)")
+    parser.add_argument("--config-a", help="study A's config (default: results/study_config.yaml, or the config "
+                                           "archived in the bundle)")
+    parser.add_argument("--config-b", help="study B's config (default: as for A)")
     parser.set_defaults(func=run)

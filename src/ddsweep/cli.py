@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "coding-eval": "ddsweep.coding.eval",
     "summarize": "ddsweep.analysis.summarize",
     "bundle": "ddsweep.analysis.bundle",
+    "compare": "ddsweep.analysis.compare",
     "status": "ddsweep.analysis.status",
     "select": "ddsweep.adaptive.cli",
     "funnel": "ddsweep.adaptive.cli",

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 from resultsets import REPEATS, broken_set, coding_set, drafter_bound_set, simulated_set, write_results
 
+from ddsweep.analysis.plots import PLOTS
 from ddsweep.analysis.results import (
     CELL_COLUMNS,
     CODING_COLUMNS,
@@ -140,5 +141,6 @@ def test_cli_summarize_writes_tables_plots_and_summary(tmp_path: Path, capsys) -
     assert f"--configfile {config}" in text
     for name in ("points", "bench_cells", "bench_groups", "coding", "overview"):
         assert (results / "tables" / f"{name}.csv").exists()
-    assert len(list((tmp_path / "reports" / "plots").glob("*.png"))) == 7
+    drawn = {path.stem for path in (tmp_path / "reports" / "plots").glob("*.png")}
+    assert drawn == set(PLOTS) and "pareto_per_user" in drawn
     assert main(["summarize", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r2")]) == 2

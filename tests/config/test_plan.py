@@ -186,13 +186,13 @@ def test_the_workflow_schedules_only_representatives(tmp_path):
     (workdir / "grid.yaml").write_text(yaml.safe_dump(config))
     output = _dry_run(workdir, "grid.yaml")
     scheduled = set(re.findall(r"results/points/([\w-]+)/done.json", output))
-    assert scheduled == {"ar", "dflash-bs8-w2048", "bs8-b7-t1-w2048", "bs8-b8-t1-w2048", "bs8-b8-t2-w2048",
+    assert scheduled == {"ar", "dflash-bs8-w2048", "dflash-nooverlap-bs8-w2048", "bs8-b7-t1-w2048", "bs8-b8-t1-w2048", "bs8-b8-t2-w2048",
                          "bs8-b16-t1-w2048", "bs8-b16-t2-w2048", "bs8-b16-t4-w2048"}
     assert "results/plan.json" in output
     config["sweep"]["run_aliases"] = True
     (workdir / "all.yaml").write_text(yaml.safe_dump(config))
     scheduled = set(re.findall(r"results/points/([\w-]+)/done.json", _dry_run(workdir, "all.yaml")))
-    assert {"bs8-b7-t4-w2048", "bs8-b8-t4-w2048"} <= scheduled and len(scheduled) == 11
+    assert {"bs8-b7-t4-w2048", "bs8-b8-t4-w2048"} <= scheduled and len(scheduled) == 12  # 9 DDTree, 2 DFlash, ar
 
 
 def test_a_cell_has_at_least_c_requests_and_its_time_counts_waves_of_c():
@@ -215,17 +215,17 @@ def test_the_plan_on_slurm_counts_the_reference_runs_and_every_start_up(study, t
                              "slurm", "--write", str(out)], cwd=ROOT, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     # the reference (ar) runs the primary workload's 2 contexts x 4 concurrencies x 3 repeats once per host: 10 min
-    # start-up + 24 cells x 1.5 min = 46 min, on at most one host per point job (36), at 8 GPUs
+    # start-up + 24 cells x 1.5 min = 46 min, on at most one host per point launch (29 points x 2 launches), at 8 GPUs
     reference = json.loads(out.read_text())["reference"]
     assert (reference["enabled"], reference["point"], reference["runs"], reference["per_run_min"]) == (
-        True, "ar", 36, 46.0)
-    assert reference["gpu_hours"] == pytest.approx(36 * 46 * 8 / 60)
-    assert "36 x 46 min = 27.6 h = 221 GPU-hours" in result.stdout
-    assert "launches (server start-ups): 36 point job(s) + 36 reference run(s) = 72" in result.stdout
-    runs = estimate_minutes(study, 36)["total_min"]
-    assert f"total: {(runs + 36 * 46) / 60:.1f} h of jobs" in result.stdout
+        True, "ar", 58, 46.0)
+    assert reference["gpu_hours"] == pytest.approx(58 * 46 * 8 / 60)
+    assert "58 x 46 min = 44.5 h = 356 GPU-hours" in result.stdout
+    assert "launches (server start-ups): 58 point launch(es) of 29 point(s) + 58 reference run(s) = 116" in result.stdout
+    runs = estimate_minutes(study, 29)["total_min"]
+    assert f"total: {(runs + 58 * 46) / 60:.1f} h of jobs" in result.stdout
     local = format_plan(study)
-    assert "reference runs: off here (sweep.reference.enabled: auto); on Slurm they would add 221 GPU-hours" in local
+    assert "reference runs: off here (sweep.reference.enabled: auto); on Slurm they would add 356 GPU-hours" in local
     spread = copy.deepcopy(study)
     spread["resources"]["nodelist"] = "gpu[01-04]"
     assert plan_document(spread, on_slurm=True)["reference"]["runs"] == 4

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT, copy_workflow, venv_env
+from decision_checks import check_first_screen
 
 
 def snakemake(workdir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -69,6 +70,24 @@ def test_demo_produces_a_simulated_summary_tables_plots_and_a_bundle(demo_run):
     verify = subprocess.run([sys.executable, "-m", "ddsweep", "bundle", "verify", str(demo_run / bundle)],
                             capture_output=True, text=True, check=False)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+@pytest.mark.slow
+def test_demo_summary_opens_with_the_decision_and_has_the_load_level_table(demo_run):
+    summary = (demo_run / "reports" / "optimization_summary.md").read_text()
+    document = json.loads((demo_run / "reports" / "summary.json").read_text())
+    presets = yaml.safe_load((demo_run / "config" / "config.yaml").read_text())["engine"]["presets"]
+    check_first_screen(summary, document, presets)
+    assert "## Best configuration per load level" in summary
+    levels = document["load_levels"]["levels"]
+    assert [lv["concurrency"] for lv in levels] == [1, 4, 8]
+    for lv in levels:  # every tied decision names the member it recommends
+        row = next(line for line in summary.splitlines() if line.startswith(f"| {lv['concurrency']} | "))
+        assert f"`{lv['recommended']}`" in row
+    for regime in document["regimes"]:
+        if regime["tied"]:
+            assert f"recommended **`{regime['recommended']}`**" in summary
+    assert (demo_run / "reports" / "plots" / "pareto_per_user.png").stat().st_size > 10_000
 
 
 @pytest.mark.slow

@@ -93,6 +93,7 @@ PLOTS = [
     "heatmap_latency",
     "heatmap_throughput",
     "pareto",
+    "pareto_per_user",
     "coding",
 ]
 TABLES = ["points", "bench_cells", "bench_groups", "coding", "overview", "failures", "jobs"]

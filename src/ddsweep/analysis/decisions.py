@@ -23,6 +23,7 @@ from ddsweep.analysis.launch_model import launch_difference, pooled_variances
 from ddsweep.analysis.results import Regime, ResolvedRegime, ResultSet, ar_point_id, resolve_regime
 from ddsweep.analysis.statistics import Estimate, combined_difference, holm, holm_levels, mean_interval
 from ddsweep.analysis.tables import LosslessResult, coding_stats, lossless_vs_ar
+from ddsweep.analysis.ties import cheapest
 
 DEFAULT_REGIMES: tuple[Regime, ...] = (
     Regime("latency", "decode_tok_s", 128, 1),
@@ -143,6 +144,7 @@ class RegimeOutcome:
     comparisons: list[Comparison]
     speedup_vs_ar: Estimate | None
     no_decision: str | None = None
+    recommended: str | None = None  # the winner, else the cheapest of the tied set (ddsweep.analysis.ties)
 
 
 @dataclass
@@ -173,6 +175,7 @@ class PriorityPick:
     slo: dict[str, list[SloCheck]] = field(default_factory=dict)
     goodput: dict[str, dict[str, Estimate]] = field(default_factory=dict)
     tradeoffs: list[str] = field(default_factory=list)
+    recommended: str | None = None  # the leader, or the cheapest of the tied set (ddsweep.analysis.ties)
 
     @property
     def name(self) -> str:
@@ -223,9 +226,10 @@ def _too_few(resolved: ResolvedRegime, ids: list[str], minimum: int) -> str | No
             f"{listed}")
 
 
-def _regime_outcome(resolved: ResolvedRegime, ar_id: str | None, s: Settings) -> RegimeOutcome:
+def regime_outcome(resolved: ResolvedRegime, ar_id: str | None, s: Settings, results: ResultSet) -> RegimeOutcome:
     """Lead by the best mean; win only if Holm-corrected one-sided tests show the leader better than every
-    other point by more than the margin; the points not shown worse are the tied set."""
+    other point by more than the margin; the points not shown worse are the tied set, of which the cheapest
+    is recommended."""
     ids = [str(pid) for pid in resolved.table["point_id"]]
     if not ids:
         return RegimeOutcome(resolved, None, None, [], [], None, "no data at this cell")
@@ -244,7 +248,8 @@ def _regime_outcome(resolved: ResolvedRegime, ar_id: str | None, s: Settings) ->
     reason = _too_few(resolved, ids, s.min_repeats)
     winner = leader if not tied and reason is None else None
     speedup = resolved.speedup(leader, ar_id, s.confidence) if ar_id and ar_id != leader else None
-    return RegimeOutcome(resolved, leader, winner, tied, comparisons, speedup, reason)
+    recommended = cheapest(results, [leader, *tied]) if tied else leader
+    return RegimeOutcome(resolved, leader, winner, tied, comparisons, speedup, reason, recommended)
 
 
 def _parts(by_name: dict[str, ResolvedRegime], weights: dict[str, float], a: str, b: str) -> list[tuple]:
@@ -374,6 +379,7 @@ def _priority_pick(priority: Priority, by_name: dict[str, ResolvedRegime], resul
     reasons = [r for r in (_too_few(by_name[name], candidates, s.min_repeats) for name in used) if r]
     pick.no_decision = reasons[0] if reasons else None
     pick.decided = not pick.tied and pick.no_decision is None
+    pick.recommended = cheapest(results, [leader, *pick.tied]) if pick.tied else leader
     if len(ranked) > 1:
         pick.runner_up = ranked[1]
         diff = diffs[ranked[1]]
@@ -384,17 +390,17 @@ def _priority_pick(priority: Priority, by_name: dict[str, ResolvedRegime], resul
 
 
 def _tradeoffs(picks: list[PriorityPick], by_name: dict[str, ResolvedRegime], s: Settings) -> None:
-    """Describe, for each pick, how it compares in numbers with the other priorities' picks."""
+    """Describe, for each recommended point, how it compares in numbers with the other priorities' ones."""
     for pick in picks:
-        if pick.point_id is None:
+        if pick.recommended is None:
             continue
         others: dict[str, list[PriorityPick]] = {}
         for other in picks:
-            if other is not pick and other.point_id is not None:
-                others.setdefault(other.point_id, []).append(other)
+            if other is not pick and other.recommended is not None:
+                others.setdefault(other.recommended, []).append(other)
         for other_id, group in others.items():
             names = " and ".join(f"`{o.name}`" for o in group)
-            if other_id == pick.point_id:
+            if other_id == pick.recommended:
                 pick.tradeoffs.append(f"is also the {names} pick")
                 continue
             regime_names = [r for r in dict.fromkeys([*pick.weights, *(r for o in group for r in o.weights)])
@@ -402,7 +408,7 @@ def _tradeoffs(picks: list[PriorityPick], by_name: dict[str, ResolvedRegime], s:
             changes = []
             for regime_name in regime_names:
                 r = by_name[regime_name]
-                ratio = r.speedup(pick.point_id, other_id, s.confidence)
+                ratio = r.speedup(pick.recommended, other_id, s.confidence)
                 if ratio is not None:
                     changes.append(f"{ratio_text(ratio)} on {regime_name} ({r.regime.metric} at {r.cell()})")
             if changes:
@@ -458,7 +464,7 @@ def analyse(results: ResultSet, settings: Settings) -> Decisions:
     ok_ids = [p.point_id for p in results.ok_points()]
     ar_id = ar_point_id(results)
     resolved = [resolve_regime(results, r, ok_ids) for r in settings.regimes]
-    outcomes = [_regime_outcome(r, ar_id, settings) for r in resolved]
+    outcomes = [regime_outcome(r, ar_id, settings, results) for r in resolved]
     by_name = {r.regime.name: r for r in resolved}
     picks = [_priority_pick(p, by_name, results, settings) for p in settings.priorities]
     _tradeoffs(picks, by_name, settings)

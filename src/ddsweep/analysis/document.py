@@ -17,12 +17,14 @@ import yaml
 from ddsweep.analysis.decisions import Decisions, RegimeOutcome, ratio_text
 from ddsweep.analysis.diagnosis import MAX_LIST, gain_text
 from ddsweep.analysis.drift import drift_caveat, reference_caveat
+from ddsweep.analysis.first_screen import decision_block
+from ddsweep.analysis.load_levels import load_levels
 from ddsweep.analysis.measurement import verification_caveats, workload_caveats
 from ddsweep.analysis.operations import failed_points_caveat, mixed_hosts_caveat
 from ddsweep.analysis.results import KNOBS, METRIC_LABELS, ResolvedRegime, ar_point_id, window_label
 from ddsweep.analysis.statistics import Estimate
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 METHOD = ("mean of per-repeat figures with a Student-t interval (repeats are the independent units); ratios "
           "from per-repeat log ratios paired on the repeat index (same prompts), else Welch's t on the logs; a "
           "winner must beat every other point by more than the equivalence margin in one-sided tests with "
@@ -60,6 +62,7 @@ def _regime(o: RegimeOutcome, level: float) -> dict[str, Any]:
         "cell": {"context": r.context, "concurrency": r.concurrency} if r.context is not None else None,
         "cell_text": r.cell(), "cell_note": r.note, "leader": o.leader, "winner": o.winner,
         "decided": o.winner is not None, "no_decision": o.no_decision, "figure": fig(o.leader),
+        "recommended": o.recommended,
         "tied": [{"point_id": pid, "figure": fig(pid), "leader_ratio": _est(by_id[pid].ratio)} for pid in o.tied],
         "speedup_vs_ar": _est(o.speedup_vs_ar),
         "speedup_vs_ar_text": ratio_text(o.speedup_vs_ar) if o.speedup_vs_ar else None,
@@ -72,6 +75,7 @@ def _priorities(d: Decisions) -> list[dict[str, Any]]:
     for p in d.priorities:
         entry: dict[str, Any] = {
             "name": p.name, "weights": p.weights, "pick": p.point_id, "decided": p.decided, "score": p.score,
+            "recommended": p.recommended,
             "tied": p.tied, "no_decision": p.no_decision, "unknown_regimes": p.unknown_regimes,
             "runner_up": ({"point_id": p.runner_up, "pick_ratio": _est(p.runner_up_ratio),
                            "score": p.scores.get(p.runner_up)} if p.runner_up else None),
@@ -414,19 +418,22 @@ def figure_text(metric: str, fig: dict[str, Any] | None, level: float) -> str:
 def build_summary(d: Decisions) -> dict[str, Any]:
     """The whole summary document (reports/summary.json)."""
     results, s = d.results, d.settings
+    load = load_levels(d)
+    decision = decision_block(d, load)
     counts: dict[str, int] = {}
     for p in results.points:
         counts[p.status] = counts.get(p.status, 0) + 1
     return {
         "schema_version": SCHEMA_VERSION, "study": s.study, "simulated": results.simulated,
-        "results_dir": str(results.results_dir), "points": {"total": len(results.points), "by_status": counts},
+        "results_dir": str(results.results_dir), "decision": decision,
+        "points": {"total": len(results.points), "by_status": counts},
         "statistics": {"method": METHOD, "confidence": s.confidence, "equivalence_margin": s.equivalence_margin,
                        "min_repeats_for_decision": s.min_repeats, "diagnosis_gain": s.diagnosis_gain,
                        "data_source": sorted(set(results.cells["source"].dropna())) if not results.cells.empty
                        else []},
         "metrics": {m: label for m, label in METRIC_LABELS.items()
                     if any(o.resolved.regime.metric == m for o in d.regimes)},
-        "regimes": [_regime(o, s.confidence) for o in d.regimes],
+        "regimes": [_regime(o, s.confidence) for o in d.regimes], "load_levels": load,
         "priorities": _priorities(d), "pareto": _pareto(d, s.confidence), "diagnosis": _diagnosis(d),
         "caveats": _caveats(d), "sections": [_platform(d), _reproduce(d), _all_points(d)],
     }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from ddsweep.analysis.pareto_plot import gpu_count_of, operating_points, pareto_figure  # noqa: E402
 from ddsweep.analysis.results import (  # noqa: E402
     METRIC_LABELS,
     ResolvedRegime,
@@ -40,6 +41,7 @@ class PlotData:
     regimes: dict[str, ResolvedRegime]
     pareto: list[str]
     lossless: LosslessResult
+    picks: dict[str, list[str]] = field(default_factory=dict)  # recommended point -> the priorities it serves
 
     @property
     def simulated(self) -> bool:
@@ -183,9 +185,13 @@ def acceptance_vs_budget(data: PlotData) -> Figure:
     return fig
 
 
-def _cell_label(value: float) -> str:
-    """A heatmap cell's figure: whole numbers for throughputs, decimals for small figures."""
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+def _cell_label(value: float, low: float, high: float) -> str:
+    """A heatmap cell's figure (whole numbers for throughputs, decimals for small figures) over its interval's
+    half-width relative to the figure."""
+    text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    if math.isnan(low) or math.isnan(high) or not value:
+        return f"{text}\n(no CI)"
+    return f"{text}\n±{(high - low) / 2 / abs(value):.0%}"
 
 
 def _heatmap(data: PlotData, regime_name: str, title: str) -> Figure:
@@ -206,8 +212,11 @@ def _heatmap(data: PlotData, regime_name: str, title: str) -> Figure:
         budgets = sorted({p.budget for p in members})
         topks = sorted({p.topk for p in members})
         grid = np.full((len(budgets), len(topks)), np.nan)
+        bounds = np.full((len(budgets), len(topks), 2), np.nan)
         for p in members:
-            grid[budgets.index(p.budget), topks.index(p.topk)] = resolved.figure(p.point_id)["mean"]
+            fig_p = resolved.figure(p.point_id)
+            grid[budgets.index(p.budget), topks.index(p.topk)] = fig_p["mean"]
+            bounds[budgets.index(p.budget), topks.index(p.topk)] = (fig_p["ci_low"], fig_p["ci_high"])
         cmap = "viridis_r" if resolved.regime.lower_is_better else "viridis"
         image = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", origin="lower")
         for i in range(len(budgets)):
@@ -215,13 +224,14 @@ def _heatmap(data: PlotData, regime_name: str, title: str) -> Figure:
                 if not np.isnan(grid[i, j]):
                     red, green, blue, _ = image.cmap(image.norm(grid[i, j]))
                     ink = "black" if 0.299 * red + 0.587 * green + 0.114 * blue > 0.5 else "white"
-                    ax.text(j, i, _cell_label(grid[i, j]), ha="center", va="center", color=ink, fontsize=9,
-                            fontweight="bold")
+                    ax.text(j, i, _cell_label(grid[i, j], *bounds[i, j]), ha="center", va="center", color=ink,
+                            fontsize=9, fontweight="bold")
         ax.set_xticks(range(len(topks)), [str(t) for t in topks])
         ax.set_yticks(range(len(budgets)), [str(b) for b in budgets])
         ax.set_xlabel("topk (branches per depth)")
         ax.set_ylabel("tree budget")
-        ax.set_title(f"block size {block_size}, window {window_label(window)}")
+        ax.set_title(f"block size {block_size}, window {window_label(window)}\n"
+                     f"(cell: mean, ± half-width of its {data.results.confidence:.0%} CI)", fontsize=10)
     fig.tight_layout(rect=(0, 0.03, 0.9, 0.95))
     colorbar_axes = fig.add_axes((0.92, 0.15, 0.02, 0.7))
     fig.colorbar(image, cax=colorbar_axes, label=METRIC_LABELS.get(metric, metric))
@@ -244,11 +254,19 @@ def pareto(data: PlotData) -> Figure:
     lat, thr = data.regimes.get("latency"), data.regimes.get("throughput")
     if lat is None or thr is None:
         return _no_data(data, title, "the latency and throughput regimes")
-    pts = [(p.point_id, lat.figure(p.point_id), thr.figure(p.point_id)) for p in data.results.ok_points()]
-    pts = [(pid, a["mean"], b["mean"]) for pid, a, b in pts if a and b]
-    if not pts:
+    figs = [(p.point_id, lat.figure(p.point_id), thr.figure(p.point_id)) for p in data.results.ok_points()]
+    figs = [(pid, a, b) for pid, a, b in figs if a and b]
+    if not figs:
         return _no_data(data, title, "points with both latency and throughput figures")
+    pts = [(pid, a["mean"], b["mean"]) for pid, a, b in figs]
     fig, (ax,) = _figure(data, title, panel_size=(9.0, 6.0))
+    bars = pd.DataFrame([{"x": a["mean"], "y": b["mean"], "x_low": a["ci_low"], "x_high": a["ci_high"],
+                          "y_low": b["ci_low"], "y_high": b["ci_high"]} for _, a, b in figs])
+    ax.errorbar(bars["x"], bars["y"], xerr=np.vstack([(bars["x"] - bars["x_low"]).fillna(0),
+                                                      (bars["x_high"] - bars["x"]).fillna(0)]),
+                yerr=np.vstack([(bars["y"] - bars["y_low"]).fillna(0), (bars["y_high"] - bars["y"]).fillna(0)]),
+                fmt="none", ecolor="tab:gray", elinewidth=0.8, capsize=2, alpha=0.7,
+                label=f"{data.results.confidence:.0%} CI of both figures")
     front = [pt for pt in pts if pt[0] in data.pareto]
     others = [pt for pt in pts if pt[0] not in data.pareto]
     ax.scatter([p[1] for p in others], [p[2] for p in others], color="tab:gray", label="dominated point")
@@ -269,23 +287,45 @@ def pareto(data: PlotData) -> Figure:
     return fig
 
 
+def pareto_per_user(data: PlotData) -> Figure:
+    """Per-user speed against aggregate throughput, one curve per point across concurrencies."""
+    title = "Per-user speed vs aggregate throughput, one curve per point across concurrency"
+    points = operating_points(data.results.groups, {p.point_id for p in data.results.ok_points()})
+    if points.empty:
+        return _no_data(data, title, "points with both decode speed and aggregate throughput")
+    contexts = sorted({int(c) for c in points["context"]})
+    fig, axes = _figure(data, title, len(contexts), ncols=1, panel_size=(13.0, 6.0))
+    kinds = {p.point_id: str(p.kind) for p in data.results.ok_points()}
+    gpus = gpu_count_of([p.environment for p in data.results.ok_points()])
+    return pareto_figure(fig, axes, points, data.picks, kinds, gpus, data.results.confidence)
+
+
 def coding(data: PlotData) -> Figure:
     """Coding pass rate and exact-match rate vs ar, per point."""
     title = "Coding check: pass rate and exact match with ar outputs"
     stats = coding_stats(data.results)
     if stats.empty:
         return _no_data(data, title, "the coding check")
+    from ddsweep.coding.lossless import wilson_interval
+
     ar_id = ar_point_id(data.results)
-    exact = []
+    exact, exact_bars = [], []
     for pid in stats["point_id"]:
         match = data.lossless.by_point.get(pid)
         exact.append(match.get("exact_match_rate") if match else (1.0 if pid == ar_id and data.lossless.available
                                                                   else np.nan))
+        low, high = (match.get("ci_low"), match.get("ci_high")) if match else (None, None)
+        exact_bars.append((exact[-1] - low, high - exact[-1]) if low is not None and high is not None else (0, 0))
+    passing = [wilson_interval(int(r.passed), int(r.problems)) for r in stats.itertuples()]
+    pass_bars = [(max(0.0, r.pass_rate - lo), max(0.0, hi - r.pass_rate)) if r.problems else (0, 0)
+                 for r, (lo, hi) in zip(stats.itertuples(), passing, strict=True)]
     fig, (ax,) = _figure(data, title, panel_size=(max(7.0, 0.7 * len(stats) + 3), 5.0))
     x = np.arange(len(stats))
-    ax.bar(x - 0.2, stats["pass_rate"] * 100, width=0.4, label="pass rate (%)", color="tab:green")
-    ax.bar(x + 0.2, np.array(exact, dtype=float) * 100, width=0.4, label="identical to ar output (%)",
-           color="tab:purple")
+    ax.bar(x - 0.2, stats["pass_rate"] * 100, width=0.4, label="pass rate (%, bars: 95% Wilson interval)",
+           color="tab:green", yerr=np.array(pass_bars).T * 100, capsize=3)
+    ax.bar(x + 0.2, np.array(exact, dtype=float) * 100, width=0.4, color="tab:purple", capsize=3,
+           yerr=np.array(exact_bars, dtype=float).T * 100,
+           label="identical to ar output (%, bars: 95% Wilson interval)")
     for i, row in enumerate(stats.itertuples()):
         if row.truncated_failures:
             ax.annotate(f"{row.truncated_failures} truncated", (i - 0.2, row.pass_rate * 100),
@@ -310,6 +350,7 @@ PLOTS: dict[str, Callable[[PlotData], Figure]] = {
     "heatmap_latency": heatmap_latency,
     "heatmap_throughput": heatmap_throughput,
     "pareto": pareto,
+    "pareto_per_user": pareto_per_user,
     "coding": coding,
 }
 
@@ -320,15 +361,19 @@ def write_plots(data: PlotData, plots_dir: str | Path) -> dict[str, Path]:
     plots_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name, build in PLOTS.items():
-        fig = build(data)
-        path = plots_dir / f"{name}.png"
-        tmp = plots_dir / f".{name}.tmp.png"
-        try:
-            fig.savefig(tmp, dpi=110)
-            tmp.replace(path)
-        finally:
-            plt.close(fig)
-            tmp.unlink(missing_ok=True)
-        paths[name] = path
+        paths[name] = save_figure(build(data), plots_dir / f"{name}.png")
     return paths
+
+
+def save_figure(fig: Figure, path: Path) -> Path:
+    """Write a figure as PNG through a temporary file in the same directory (a file that exists is whole), then
+    close it."""
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    try:
+        fig.savefig(tmp, dpi=110)
+        tmp.replace(path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
+    return path
 

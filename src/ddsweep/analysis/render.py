@@ -10,15 +10,7 @@ from typing import Any
 
 from ddsweep.analysis.decisions import Decisions
 from ddsweep.analysis.document import build_summary, figure_text, fmt, jsonable
-
-
-def _x(est: dict[str, Any] | None) -> str:
-    """'1.42× (95% CI 1.37–1.47)' from an estimate dict."""
-    if not est or est.get("value") is None:
-        return "n/a"
-    if est.get("ci_low") is None:
-        return f"{est['value']:.2f}× (no interval)"
-    return f"{est['value']:.2f}× ({est['level'] * 100:.3g}% CI {est['ci_low']:.2f}–{est['ci_high']:.2f})"
+from ddsweep.analysis.first_screen import ratio_dict_text, render_decision
 
 
 def _table(columns: list[str], rows: list[list[Any]]) -> list[str]:
@@ -53,20 +45,22 @@ def _priorities(doc: dict[str, Any]) -> list[str]:
            "Each priority scores every completed point by the weighted geometric mean of its regime figures, each "
            "relative to the best point of that regime (1.000 = best). A pick is *decided* only when it beats every "
            "other candidate beyond the equivalence margin with confidence; otherwise the tied points are listed.",
-           "", "| priority | weights | recommended point | score | decided? | tied with | runner-up (pick vs it) |",
-           "|---|---|---|---|---|---|---|"]
+           "",
+           "| priority | weights | leader | score | decided? | tied with | recommended | runner-up (leader vs it) |",
+           "|---|---|---|---|---|---|---|---|"]
     for p in doc["priorities"]:
         weights = ", ".join(f"{k} {v:g}" for k, v in p["weights"].items())
         if p["slo"]:
             weights += "; limits " + ", ".join(f"{k} ≤ {v:g}" for k, v in p["slo"]["limits"].items())
         if p["pick"] is None:
-            out.append(f"| {p['name']} | {weights} | {p['no_decision']} | — | — | — | — |")
+            out.append(f"| {p['name']} | {weights} | {p['no_decision']} | — | — | — | — | — |")
             continue
-        runner = (f"`{p['runner_up']['point_id']}` ({_x(p['runner_up']['pick_ratio'])})" if p["runner_up"] else "—")
+        runner = (f"`{p['runner_up']['point_id']}` ({ratio_dict_text(p['runner_up']['pick_ratio'])})"
+                  if p["runner_up"] else "—")
         tied = ", ".join(f"`{t}`" for t in p["tied"]) or "none"
         decided = "yes" if p["decided"] else "no"
-        out.append(f"| {p['name']} | {weights} | **`{p['pick']}`** | {p['score']:.3f} | {decided} | {tied} "
-                   f"| {runner} |")
+        out.append(f"| {p['name']} | {weights} | `{p['pick']}` | {p['score']:.3f} | {decided} | {tied} "
+                   f"| **`{p['recommended']}`** | {runner} |")
     out.append("")
     for p in doc["priorities"]:
         if p["unknown_regimes"]:
@@ -76,10 +70,10 @@ def _priorities(doc: dict[str, Any]) -> list[str]:
             out.append(f"- `{p['name']}`: {p['no_decision']}; `{p['pick']}` only leads.")
         elif p["pick"] is not None and p["tied"]:
             out.append(f"- `{p['name']}`: `{p['pick']}` is statistically tied with "
-                       + ", ".join(f"`{t}`" for t in p["tied"]) + "; any of them is as good on this data, so "
-                       "choose between them on the trade-offs below.")
+                       + ", ".join(f"`{t}`" for t in p["tied"]) + f"; any of them is as good on this data, and "
+                       f"`{p['recommended']}` is recommended as the cheapest (smallest verify width, then block size).")
         for tradeoff in p["tradeoffs"]:
-            out.append(f"- `{p['name']}` → `{p['pick']}` {tradeoff}.")
+            out.append(f"- `{p['name']}` → `{p['recommended']}` {tradeoff}.")
     out.append("")
     for p in doc["priorities"]:
         if p["slo"]:
@@ -139,9 +133,9 @@ def _regimes(doc: dict[str, Any]) -> list[str]:
         elif r["winner"]:
             who = f"**`{r['winner']}`**"
         else:
-            who = f"no single winner; leader `{r['leader']}`"
+            who = f"no single winner; leader `{r['leader']}`, recommended **`{r['recommended']}`** (cheapest)"
         out.append(f"| {r['name']} | {metric} at {r['cell_text']} | {who} | "
-                   f"{figure_text(metric, r['figure'], level)} | {_x(r['speedup_vs_ar'])} | {tied} |")
+                   f"{figure_text(metric, r['figure'], level)} | {ratio_dict_text(r['speedup_vs_ar'])} | {tied} |")
         if r["cell_note"]:
             notes.append(f"- {r['name']}: {r['cell_note']}.")
         if r["no_decision"] and r["leader"] is not None:
@@ -211,6 +205,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if doc["simulated"]:
         out += ["> **SIMULATED RESULTS.** Some or all figures below come from the simulated server, not from "
                 "real hardware. Do not use them to choose a production configuration.", ""]
+    out += render_decision(doc["decision"])
     counts = doc["points"]["by_status"]
     stats = doc["statistics"]
     out += [f"{doc['points']['total']} sweep points in `{doc['results_dir']}`: "
@@ -219,7 +214,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
             f"Statistics: {stats['method']}. Confidence level {stats['confidence']:.0%}; equivalence margin "
             f"{stats['equivalence_margin']:.0%}; at least {stats['min_repeats_for_decision']} repeats for a decision.",
             ""]
-    out += _priorities(doc) + _regimes(doc) + _pareto(doc) + _diagnosis(doc)
+    out += _priorities(doc) + _regimes(doc) + block(doc["load_levels"], 2) + _pareto(doc) + _diagnosis(doc)
     out += ["## Caveats found in the data", ""]
     for caveat in doc["caveats"]:
         out += block(caveat, 3)

@@ -37,6 +37,7 @@ class SummaryResult:
     regime_winners: dict[str, str | None]
     regime_ties: dict[str, list[str]]
     priority_picks: dict[str, str | None]
+    recommended: dict[str, str | None]
     pareto: list[str]
     drafter_bound: bool | None
     simulated: bool
@@ -56,12 +57,16 @@ def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | Non
     decisions.reference = load_reference_runs(results_dir, reference or [], settings.confidence)
     resolved = [o.resolved for o in decisions.regimes]
     tables = write_tables(results, results_dir / "tables", overview_table(results, resolved, decisions.lossless))
-    plot_data = PlotData(results, {r.regime.name: r for r in resolved}, decisions.pareto, decisions.lossless)
-    plots = write_plots(plot_data, reports_dir / "plots")
     document = jsonable(build_summary(decisions))
     chain = chain_section(decisions)
     if chain is not None:
         document["sections"].insert(0, jsonable(chain))
+    picks: dict[str, list[str]] = {}
+    for entry in document["decision"]["priorities"]:
+        if entry["recommended"]:
+            picks.setdefault(entry["recommended"], []).append(entry["priority"])
+    plot_data = PlotData(results, {r.regime.name: r for r in resolved}, decisions.pareto, decisions.lossless, picks)
+    plots = write_plots(plot_data, reports_dir / "plots")
     funnel = funnel_block(results_dir)  # an adaptive study's stages (docs/adaptive.md)
     if funnel is not None:
         document["sections"].append(funnel)
@@ -76,6 +81,7 @@ def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | Non
         regime_winners={o.resolved.regime.name: o.winner for o in decisions.regimes},
         regime_ties={o.resolved.regime.name: o.tied for o in decisions.regimes},
         priority_picks={p.name: p.point_id for p in decisions.priorities},
+        recommended={e["priority"]: e["recommended"] for e in document["decision"]["priorities"]},
         pareto=decisions.pareto, drafter_bound=decisions.diagnosis.drafter_bound, simulated=results.simulated,
     )
 

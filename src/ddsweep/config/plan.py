@@ -161,7 +161,7 @@ def expected_hosts(config: dict, jobs: int) -> tuple[int, str]:
         return min(resources["estimate"]["hosts"], jobs), "resources.estimate.hosts"
     if resources.get("nodelist"):
         return min(count_hosts(resources["nodelist"]), jobs), f"resources.nodelist {resources['nodelist']}"
-    return jobs, "at most one per point job (set resources.estimate.hosts for the cluster's spread)"
+    return jobs, "at most one per point launch (set resources.estimate.hosts for the cluster's spread)"
 
 
 def reference_estimate(config: dict, on_slurm: bool, jobs: int) -> dict[str, Any]:
@@ -209,7 +209,7 @@ def plan_document(config: dict, on_slurm: bool = False) -> dict[str, Any]:
                              dict.fromkeys(p.point.preset for p in planned)},
         "estimate": {"all_points": estimate_minutes(config, len(planned)),
                      "running_points": estimate_minutes(config, len(running))},
-        "reference": reference_estimate(config, on_slurm, len(running)),
+        "reference": reference_estimate(config, on_slurm, len(running) * grid_launches(config)),
         "full_ar_coding_min": full_ar_coding_min(config),
         "executor": "slurm" if on_slurm else "local",
     }
@@ -280,8 +280,10 @@ def _grid_totals(config: dict, document: dict[str, Any], running: int) -> list[s
     """A grid study's launches and start-ups, its reference runs and the total."""
     est, gpus = config["resources"]["estimate"], config["resources"]["gpus"]
     reference, jobs = document["reference"], document["estimate"]["running_points"]
-    launches = running + reference["runs"]
-    lines = [f"launches (server start-ups): {running} point job(s) + {reference['runs']} reference run(s) = "
+    point_launches = jobs["startups"]
+    launches = point_launches + reference["runs"]
+    lines = [f"launches (server start-ups): {point_launches} point launch(es) of {running} point(s) + "
+             f"{reference['runs']} reference run(s) = "
              f"{launches}; start-ups {launches * est['startup_min'] / 60:.1f} h = "
              f"{launches * est['startup_min'] * gpus / 60:.0f} GPU-hours of the total"]
     if reference["point"] is not None:

@@ -1,0 +1,116 @@
+"""`ddsweep compare`: matched points' ratios with intervals, picks side by side, environment changes."""
+
+from __future__ import annotations
+
+import json
+import math
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import demo_record
+from resultsets import drafter_bound_set, write_results
+
+from ddsweep.analysis.compare import StudyError, command_changes, compare, open_study, render_compare
+from ddsweep.cli import main
+
+# The stand-in's acceptance draws from its model unless fixed: study B's drafter accepts 2 tokens per step.
+WEAK_DRAFTER = ["--sim-accept-fixed", "2"]
+BENCH = {"contexts": [128], "concurrency": [1, 2], "max_new_tokens": 32, "requests_per_cell": 4, "repeats": 3,
+         "warmup_requests": 1, "workloads": [{"name": "coding", "kind": "coding"}]}
+POINTS = ("ar", "bs8-b4-t4-w2048")
+ANALYSIS = {"regimes": [{"name": "latency", "metric": "decode_tok_s", "context": 128, "concurrency": 1},
+                        {"name": "throughput", "metric": "output_throughput_tok_s", "context": 128, "concurrency": 2},
+                        {"name": "acceptance", "metric": "acceptance_length", "context": 128, "concurrency": 1}]}
+
+
+def standin_study(root: Path, drafter_path: str, sim_args: list[str]) -> Path:
+    """A two-point study run against the stand-in, laid out like a bundle (results/ beside config/)."""
+    from ddsweep.point.run import run_point
+
+    drafter = {"model_path": drafter_path, "trained_block_size": 8}
+    for point_id in POINTS:
+        record = demo_record(point_id, sim_args=sim_args, benchmark=BENCH, coding_eval={"enabled": False},
+                             drafter=drafter, analysis=ANALYSIS)
+        assert run_point(record, root / "results" / "points" / point_id, progress=lambda _: None)["status"] == "ok"
+    (root / "config").mkdir()
+    (root / "config" / "study.yaml").write_text(yaml.safe_dump({"study": root.name, "drafter": drafter,
+                                                                "analysis": ANALYSIS}))
+    return root
+
+
+@pytest.mark.slow
+def test_a_weaker_drafter_shows_in_acceptance_and_speed_ratios_and_the_environment(tmp_path: Path) -> None:
+    a = standin_study(tmp_path / "study-a", "/models/drafter-v1", [])
+    b = standin_study(tmp_path / "study-b", "/models/drafter-v2", WEAK_DRAFTER)
+    with tarfile.open(tmp_path / "b.tar.gz", "w:gz") as tar:  # B as a bundle: one top-level directory
+        tar.add(b, arcname="study-b-20261201T000000Z-00000000")
+    out = tmp_path / "cmp"
+    assert main(["compare", str(a), str(tmp_path / "b.tar.gz"), "--out", str(out)]) == 0
+    doc = json.loads((out / "compare.json").read_text())
+    rows = {r["point_id"]: r["regimes"] for r in doc["matched"]["points"]}
+    assert set(rows) == set(POINTS)
+    tree = rows["bs8-b4-t4-w2048"]
+    a_acc = tree["acceptance"]["a"]["value"]
+    assert a_acc > 2.5  # the stand-in's own model accepts more than the fixed 2
+    acc = tree["acceptance"]["ratio"]
+    assert acc["value"] == pytest.approx(2 / a_acc, rel=0.02)
+    assert acc["ci_low"] <= acc["value"] <= acc["ci_high"]
+    for regime in ("latency", "throughput"):
+        speed = tree[regime]["ratio"]
+        assert speed["ci_high"] < 1.0, regime  # fewer accepted tokens per step: slower, with confidence
+        assert not math.isclose(speed["ci_low"], speed["ci_high"])
+    ar = rows["ar"]["latency"]["ratio"]
+    assert ar["ci_low"] < 1.0 < ar["ci_high"] or abs(ar["value"] - 1) < 0.05  # ar does not use the drafter
+    changed = doc["environment"]["changed"]
+    assert "drafter path" in changed
+    assert {"change": "added `--sim-accept-fixed 2`", "points": list(POINTS)} in doc["environment"]["commands"]
+    text = (out / "compare.md").read_text()
+    assert "/models/drafter-v2" in text and "| drafter path |" in text and "**yes**" in text
+    assert "× (95% CI" in text
+    assert (out / "compare.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_ratios_of_synthetic_studies_match_the_built_in_change(tmp_path: Path) -> None:
+    spec_a, spec_b = drafter_bound_set(), drafter_bound_set()
+    for p in spec_b.points:
+        if p.kind == "ddtree":
+            p.decode_c1 *= 1.25
+        p.interconnect = "NVLink"
+    spec_b.points = [p for p in spec_b.points if p.point_id != "bs16-b8-t4-w2048"]
+    write_results(spec_a, tmp_path / "a")
+    write_results(spec_b, tmp_path / "b")
+    a = open_study(tmp_path / "a" / "results", tmp_path, spec_a.config)
+    b = open_study(tmp_path / "b", tmp_path, spec_b.config)
+    doc = compare(a, b)
+    rows = {r["point_id"]: r["regimes"] for r in doc["matched"]["points"]}
+    assert doc["matched"]["only_in_a"] == ["bs16-b8-t4-w2048"] and not doc["matched"]["only_in_b"]
+    latency = rows["bs8-b8-t4-w2048"]["latency"]["ratio"]
+    assert latency["ci_low"] < 1.25 < latency["ci_high"] and latency["value"] == pytest.approx(1.25, rel=1e-6)
+    assert rows["ar"]["latency"]["ratio"]["value"] == pytest.approx(1.0)
+    assert doc["environment"]["changed"] == ["interconnect"]
+    assert {r["unit"] for r in doc["matched"]["points"]} == {"repeat"}
+    assert "between repeats within a launch only" in render_compare(doc)
+
+
+def test_command_changes_name_the_words_that_differ() -> None:
+    a = {"argv": ["python", "-m", "sglang.launch_server", "--speculative-draft-model-path", "/d1", "--tp", "8"],
+         "env": {"SGLANG_DDTREE_MAX_TOPK": "4"}}
+    b = {"argv": ["python", "-m", "sglang.launch_server", "--speculative-draft-model-path", "/d2", "--tp", "8"],
+         "env": {"SGLANG_DDTREE_MAX_TOPK": "4", "X": "1"}}
+    assert command_changes(a, b) == ["`--speculative-draft-model-path /d1` → `--speculative-draft-model-path /d2`",
+                                     "environment `X=` → `X=1`"]
+    assert command_changes(a, a) == []
+    longer = {**b, "argv": [*b["argv"], "--sim-accept-fixed", "2"]}
+    assert command_changes(b, longer) == ["added `--sim-accept-fixed 2`"]
+    assert command_changes(longer, b) == ["removed `--sim-accept-fixed 2`"]
+
+
+def test_a_path_that_is_not_a_study_is_named(tmp_path: Path) -> None:
+    with pytest.raises(StudyError, match="not a results directory"):
+        open_study(tmp_path, tmp_path)
+    (tmp_path / "x.txt").write_text("")
+    with pytest.raises(StudyError, match="report bundle"):
+        open_study(tmp_path / "x.txt", tmp_path)
+    assert main(["compare", str(tmp_path / "missing"), str(tmp_path), "--out", str(tmp_path / "o")]) == 2

@@ -21,6 +21,7 @@ import pandas as pd
 from ddsweep.analysis.raw import figures_from_cells_document, figures_from_requests
 from ddsweep.analysis.statistics import Estimate, LogDifference, log_difference, mean_interval
 from ddsweep.config.knobs import KNOBS
+from ddsweep.figures import METRICS
 
 GROUP_METRICS: tuple[str, ...] = (
     "output_throughput_tok_s",
@@ -34,17 +35,9 @@ GROUP_METRICS: tuple[str, ...] = (
 )
 # The per-repeat cell column of each metric (the decode figure of a repeat is its median request).
 METRIC_COLUMNS: dict[str, str] = {m: ("decode_tok_s_median" if m == "decode_tok_s" else m) for m in GROUP_METRICS}
-LOWER_IS_BETTER: frozenset[str] = frozenset({"ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s"})
-METRIC_LABELS: dict[str, str] = {
-    "decode_tok_s": "single-request decode speed (tok/s)",
-    "output_throughput_tok_s": "aggregate output throughput (tok/s, steady state)",
-    "acceptance_length": "mean acceptance length (tokens/verify step)",
-    "ttft_p50_s": "median time to first token (s)",
-    "ttft_p99_s": "99th-percentile time to first token (s)",
-    "tpot_p50_s": "median time per output token (s)",
-    "tpot_p99_s": "99th-percentile time per output token (s)",
-    "requests_per_s": "completed requests per second",
-}
+LOWER_IS_BETTER: frozenset[str] = frozenset(name for name, m in METRICS.items() if m.lower_is_better)
+METRIC_LABELS: dict[str, str] = {**{name: m.label for name, m in METRICS.items()},
+                                 "requests_per_s": "completed requests per second"}
 # The effective draft tree (from results/plan.json) beside the requested knobs, and the alias group.
 TREE_COLUMNS: tuple[str, ...] = ("tree_shape", "tree_width", "tree_depth_limit", "tree_nodes", "alias_group",
                                  "alias_of")
@@ -56,8 +49,8 @@ CELL_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", *KNOBS, "workload", "context", "concurrency", "repeat", "completed", "failed", "wall_s",
     "output_throughput_tok_s", "throughput_window", "whole_output_throughput_tok_s", "requests_per_s",
     "decode_tok_s_median", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
-    "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "e2e_p50_s", "e2e_p99_s", "acceptance_length", "source",
-    "simulated",
+    "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "chunk_gap_p50_s", "token_gap_p50_s", "e2e_p50_s", "e2e_p99_s",
+    "acceptance_length", "cached_share", "distinct_prompts", "source", "simulated",
 )
 GROUP_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", *KNOBS, "context", "concurrency", "metric", "mean", "ci_low", "ci_high", "repeats",
@@ -65,7 +58,7 @@ GROUP_COLUMNS: tuple[str, ...] = (
 )
 REQUEST_COLUMNS: tuple[str, ...] = (
     "point_id", "workload", "ignore_eos", "context", "concurrency", "repeat", "ok", "completion_tokens",
-    "spec_verify_ct", "start_ts", "end_ts", "ttft_s", "tpot_s", "e2e_s",
+    "spec_verify_ct", "prompt_tokens", "cached_tokens", "start_ts", "end_ts", "ttft_s", "tpot_s", "e2e_s",
 )
 FAILURE_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", "preset", *KNOBS, "status", "error_kind", "reason", "step", "duration_s", "host",

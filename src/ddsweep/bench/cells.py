@@ -112,7 +112,7 @@ async def _run_cell(transport: _Transport, url: str, prompt_list: list[Prompt], 
         state.in_flight += 1
         rec = records[i]
         try:
-            rec.prompt_source = prompt_list[i].label
+            rec.prompt_source, rec.prompt_fingerprint = prompt_list[i].label, prompt_list[i].fingerprint
             await asyncio.wait_for(run_request(transport, url, prompt_list[i].input_ids,
                                                workload.max_new_tokens or settings.max_new_tokens, rec,
                                                ignore_eos=workload.ignore_eos), settings.request_timeout_s)

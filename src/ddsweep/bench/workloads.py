@@ -176,10 +176,11 @@ class PromptBuilder:
     """Builds prompt number `sequence` of a workload at a target context, counted by the server's /tokenize.
 
     Prompt `sequence` at a target is one (item, padding offset) pair: the items that fit the target with some
-    padding, in an order fixed by the seed, cycle fastest and the padding offsets (spread over the padding text
-    by a stride coprime to their count) slowest, so distinct sequence numbers get distinct pairs, without
-    replacement, until every pair has been used. Every prompt carries at least MIN_PAD_TOKENS of padding, so two
-    prompts of one item differ. A prompt depends only on (workload, seed, target, sequence).
+    padding cycle in an order fixed by the seed, and each sequence number has its own padding offset (spread over
+    the padding text by a stride coprime to their count), so distinct sequence numbers get distinct padding,
+    without replacement, until every offset has been used (a cell's `distinct_prompts` shows a repeat). Every
+    prompt carries at least MIN_PAD_TOKENS of padding, so two prompts of one item differ. A prompt depends only on
+    (workload, seed, target, sequence).
     """
 
     def __init__(self, workload: Workload, tokenize: TokenizeFn, seed: int = 0) -> None:
@@ -225,10 +226,6 @@ class PromptBuilder:
         room = len(self.padding) - int(target * self._chars_per_token * PAD_ROOM)
         return self.starts[:bisect.bisect_right(self.starts, room)]
 
-    def capacity(self, target: int) -> int:
-        """How many distinct prompts this workload can build at `target`."""
-        return len(self.fitting(target)) * len(self._offsets(target))
-
     def build(self, target: int, sequence: int) -> Prompt:
         """The `sequence`-th prompt with `target` tokens (within TOLERANCE) as the server counts them."""
         if target <= 0:
@@ -243,12 +240,11 @@ class PromptBuilder:
             raise WorkloadError(f"workload {self.workload.name}: its padding text ({len(self.padding)} characters) is "
                                 f"too short for context {target} without repeating itself")
         stride = _coprime_stride(len(offsets))
+        slot = (self.seed * 7919 + sequence * stride) % len(offsets)
         for step in range(len(fits)):
-            pair = sequence + step
-            index = fits[pair % len(fits)]
+            index = fits[(sequence + step) % len(fits)]
             if (index, target) in self._unfit:
                 continue
-            slot = (self.seed * 7919 + (pair // len(fits)) * stride) % len(offsets)
             for retry in range(OFFSET_TRIES):  # a window's line or word cuts may miss the target: the next window
                 prompt = self._grow(index, self._base_count(index, target), target,
                                     offsets[(slot + retry) % len(offsets)])

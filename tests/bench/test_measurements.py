@@ -15,6 +15,7 @@ from standin import FAST, Sim
 
 from ddsweep import storage
 from ddsweep.bench.cells import BenchmarkError, BenchSettings, run_benchmark
+from ddsweep.bench.records import RequestRecord, cache_check
 from ddsweep.bench.workloads import _humaneval_path
 from ddsweep.sim import tokenizer
 
@@ -96,3 +97,14 @@ def test_ttft_tpot_and_chunk_gaps_recomputed_from_chunks_match_cells_json(tmp_pa
         for q in (50, 90, 99):
             assert cell[name][f"p{q}"] == pytest.approx(float(np.percentile(values, q)), rel=1e-9), (name, q)
     assert cell["token_gap_s"]["p50"] < cell["chunk_gap_s"]["p50"]  # several tokens a chunk under speculation
+
+
+def test_a_repeated_prompt_hits_the_stand_ins_prefix_cache_and_the_cell_says_so() -> None:
+    text = "def add(a, b):\n    return a + b\n" * 20
+    with closing(Sim(*FAST)) as sim:
+        first, again = (sim.generate(text, n=2).json()["meta_info"] for _ in range(2))
+    assert first["cached_tokens"] == 0 and again["cached_tokens"] == again["prompt_tokens"] - 1
+    records = [RequestRecord(128, 2, 0, i, False, prompt_fingerprint=fp, cached_tokens=cached)
+               for i, (fp, cached) in enumerate([("a", 3), ("b", 3), ("a", 9)])]
+    check = cache_check(records, [[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 3, 4]])
+    assert check == {"common_prefix_tokens": 3, "cached_beyond_common_prefix": 1, "repeated_prompts": 1}

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from ddsweep.analysis.admission import admission_limits
 from ddsweep.analysis.raw import figures_from_cells_document, figures_from_requests
 from ddsweep.analysis.statistics import Estimate, LogDifference, log_difference, mean_interval
 from ddsweep.config.knobs import KNOBS
@@ -43,7 +44,7 @@ TREE_COLUMNS: tuple[str, ...] = ("tree_shape", "tree_width", "tree_depth_limit",
                                  "alias_of")
 POINT_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", "preset", *KNOBS, *TREE_COLUMNS, "status", "error_kind", "simulated", "gpu_name", "gpu_count",
-    "interconnect", "engine_version", "git_commit", "hostname",
+    "interconnect", "engine_version", "git_commit", "hostname", "max_running_requests", "max_total_num_tokens",
 )
 CELL_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", *KNOBS, "workload", "context", "concurrency", "repeat", "completed", "failed", "wall_s",
@@ -96,6 +97,8 @@ class PointRecord:
     workloads: list[dict[str, Any]] = field(default_factory=list)  # cells.json `workloads` (stopping rules)
     unverified: list[dict[str, Any]] = field(default_factory=list)  # verification.json `unverified` knobs
     off_target_cells: list[dict[str, Any]] = field(default_factory=list)  # cells whose prompts missed the context
+    cache_cells: list[dict[str, Any]] = field(default_factory=list)  # cells with repeated or over-cached prompts
+    limits: dict[str, int | None] = field(default_factory=dict)  # admission limits from server_info.json
 
     def knobs(self) -> dict[str, int | None]:
         """Return the four knobs as a dict (None where a knob does not apply or the window is off)."""
@@ -160,7 +163,7 @@ class ResultSet:
                 "interconnect": p.environment.get("interconnect"),
                 "engine_version": engine.get("version"),
                 "git_commit": p.environment.get("git_commit"),
-                "hostname": p.environment.get("hostname"),
+                "hostname": p.environment.get("hostname"), **p.limits,
             })
         for entry in self.aliases():
             rows.append({"point_id": entry["point_id"], "kind": entry.get("kind"), "preset": entry.get("preset"),
@@ -394,6 +397,9 @@ def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, li
         simulated_flags.append(bool(cells.get("simulated")))
         record.off_target_cells = [c for c in cells.get("cells") or []
                                    if isinstance(c, dict) and c.get("prompt_tokens_off_target")]
+        record.cache_cells = [c for c in cells.get("cells") or [] if isinstance(c, dict)
+                              and (c.get("cached_beyond_common_prefix") or c.get("repeated_prompts"))]
+    record.limits = admission_limits(_read_json(directory / "server_info.json", issues, required=False))
 
     requests = _read_jsonl(directory / "bench" / "requests.jsonl", issues)
     measured = any(not r.get("warmup") for r in requests)

@@ -28,7 +28,7 @@ import httpx
 
 from ddsweep import storage
 from ddsweep.bench import metrics
-from ddsweep.bench.records import RequestRecord, cell_figures, group_figures, run_request
+from ddsweep.bench.records import RequestRecord, cache_check, cell_figures, group_figures, run_request
 from ddsweep.bench.transport import _Transport, _transport
 from ddsweep.bench.workloads import Prompt, PromptBuilder, Workload, WorkloadError
 from ddsweep.config.defaults import schema_default
@@ -273,6 +273,7 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
             if cell.warmup:
                 continue
             figures = cell_figures(recs)
+            figures.update(cache_check(recs, [p.input_ids for p in texts]))
             verify = [r for r in recs if r.ok and r.spec_verify_ct]
             doc["cells"].append({"workload": workload.name, "context": context, "concurrency": conc,
                                  "repeat": cell.repeat, "ignore_eos": workload.ignore_eos, **figures,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -154,6 +155,17 @@ def cell_figures(records: list[RequestRecord]) -> dict:
         "at_concurrency_fraction": figures.at_concurrency_fraction(measured) if measured else None,
         "steady_state": figures.steady_state(measured),
     }
+
+
+def cache_check(records: list[RequestRecord], prompts: list[list[int]]) -> dict:
+    """What the prefix cache served beyond what the workload means to share: the token prefix all of a cell's
+    prompts have in common (chat template, instruction) and how many requests the server reported more cached
+    tokens for (a repeated prompt, or prompts sharing more than that), and how many prompts repeat another."""
+    common = len(os.path.commonprefix(prompts)) if prompts else 0
+    measured = [r for r in records if not r.warmup]
+    return {"common_prefix_tokens": common,
+            "cached_beyond_common_prefix": sum(1 for r in measured if (r.cached_tokens or 0) > common),
+            "repeated_prompts": len(measured) - len({r.prompt_fingerprint for r in measured})}
 
 
 def _error_kind(error: str) -> str:

@@ -239,6 +239,12 @@ class Metric:
     per_request: Callable[[Record], float | None] | None
     quantile: float | None = None  # the percentile a latency metric takes over requests
 
+    @property
+    def screenable(self) -> bool:
+        """Whether one brief launch gives this figure with a standard error (from its requests' spread): a
+        median does; a tail percentile of a few requests is their slowest one, with no error to rank on."""
+        return self.quantile is None or self.quantile == 50
+
 
 def _latency(field: str, q: float) -> Callable[[Sequence[Record]], float | None]:
     def value(records: Sequence[Record]) -> float | None:

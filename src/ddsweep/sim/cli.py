@@ -76,6 +76,8 @@ def add_lenient_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speculative-num-draft-tokens", type=int, default=None)
     parser.add_argument("--speculative-ddtree-budget", type=int, default=None)
     parser.add_argument("--speculative-draft-window-size", type=int, default=None)
+    parser.add_argument("--max-running-requests", type=int, default=None)
+    parser.add_argument("--context-length", type=int, default=None)
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:

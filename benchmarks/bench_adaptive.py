@@ -144,7 +144,8 @@ def requests(knobs: Knobs, context: int, concurrency: int, n: int, tokens: int, 
             done, decode[i] = steps, elapsed
         for i, length, steps in wave_requests:
             out.append({"context": context, "concurrency": concurrency, "repeat": 0, "index": i, "warmup": False,
-                        "error": None, "completion_tokens": length, "decode_s": decode[i], "ttft_s": prefill,
+                        "error": None, "completion_tokens": length,
+                        "chunks": [[prefill, 1], [prefill + decode[i], length]],
                         "e2e_s": prefill + decode[i], "start_ts": clock, "end_ts": clock + prefill + decode[i],
                         "spec_verify_ct": round(steps) if knobs.kind != "ar" else None,
                         "acceptance_length": length / steps if knobs.kind != "ar" else None})

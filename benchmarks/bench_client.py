@@ -47,8 +47,8 @@ from typing import Any, Optional, Union
 
 import httpx
 
-from ddsweep import storage
-from ddsweep.bench import metrics, prompts
+from ddsweep import figures, storage
+from ddsweep.bench import prompts
 from ddsweep.bench.cells import BenchSettings, run_benchmark
 from ddsweep.sim import tokenizer as sim_tokenizer
 
@@ -91,7 +91,7 @@ def server_truth(url: str) -> dict:
     tokens = sum(r["completion_tokens"] for r in rows)
     first, last = min(r["arrival_ts"] for r in rows), max(r["last_token_ts"] for r in rows)
     decode = [(r["completion_tokens"] - 1) / (r["last_token_ts"] - r["first_token_ts"]) for r in rows]
-    return {"throughput": tokens / (last - first), "decode": metrics.median(decode),
+    return {"throughput": tokens / (last - first), "decode": figures.median(decode),
             "acceptance": tokens / sum(r["spec_verify_ct"] for r in rows), "requests": len(rows),
             "first": first, "last": last}
 
@@ -164,7 +164,7 @@ def run_bench_serving(ns: dict, url: str, texts: list[str], level: int, max_toke
     tokens = sum(o.output_len for o in done)
     verify = sum(o.output_len / o.spec_accept_length for o in done if o.spec_accept_length)
     decode = [(o.output_len - 1) / (o.latency - o.ttft) for o in done if o.latency > o.ttft]
-    return {"throughput": tokens / (end - start), "decode": metrics.median(decode) if decode else float("nan"),
+    return {"throughput": tokens / (end - start), "decode": figures.median(decode) if decode else float("nan"),
             "acceptance": tokens / verify if verify else float("nan"), "failed": n - len(done),
             "first": wall, "last": wall + (end - start)}
 

@@ -31,7 +31,8 @@ def uvicorn_app() -> Any:
     @app.post("/tokenize")
     async def tokenize(request: Request) -> dict:
         body = await request.json()
-        ids = sim_tokenizer.token_ids(body["prompt"])
+        text = body["prompt"] if "prompt" in body else "".join(m["content"] for m in body["messages"])
+        ids = sim_tokenizer.token_ids(text)
         return {"tokens": ids, "count": len(ids), "max_model_len": 262144}
 
     @app.post("/generate")
@@ -41,7 +42,7 @@ def uvicorn_app() -> Any:
                "spec_verify_ct": 0, "finished": False}
         rows.append(row)
         total = body["sampling_params"]["max_new_tokens"]
-        prompt_tokens = sim_tokenizer.count(body["text"])
+        prompt_tokens = len(body["input_ids"]) if "input_ids" in body else sim_tokenizer.count(body["text"])
 
         async def events() -> Any:
             loop = asyncio.get_running_loop()

@@ -33,7 +33,7 @@ def requests(speed: float, n: int = 8, spread: float = 0.02, seed: int = 0) -> l
             decode = (tokens - 1) / rate
             verify = round(tokens * 25 / rate)  # acceptance rises with speed, as on the stand-in
             out.append({"context": context, "concurrency": concurrency, "repeat": 0, "index": i, "warmup": False,
-                        "error": None, "completion_tokens": tokens, "decode_s": decode, "ttft_s": 0.01,
+                        "error": None, "completion_tokens": tokens, "chunks": [[0.01, 1], [decode + 0.01, tokens]],
                         "e2e_s": decode + 0.01, "start_ts": 0.0, "end_ts": decode + 0.01,
                         "spec_verify_ct": verify, "acceptance_length": tokens / verify})
     return out
@@ -309,3 +309,14 @@ def test_the_within_launch_error_of_few_requests_counts_at_students_t():
     assert Estimate(100.0, 0.05, 0.03).half_width(0.9) == pytest.approx(1.6449 * math.hypot(0.05, 0.03), rel=1e-3)
     records = requests(100, n=4)
     assert estimate(records, "decode_tok_s", 128, 1, 0.02).df == 3
+
+
+def test_screening_takes_its_figures_from_the_shared_definitions_and_refuses_a_tail_percentile():
+    cell = requests(100)
+    ttft = estimate(cell, "ttft_p50_s", 128, 1, 0.0)
+    assert ttft is not None and ttft.value == pytest.approx(0.01)  # the first chunk's time
+    tpot = estimate(cell, "tpot_p50_s", 128, 1, 0.0)
+    assert tpot is not None and 1 / tpot.value == pytest.approx(estimate(cell, "decode_tok_s", 128, 1, 0.0).value,
+                                                                 rel=1e-3)  # medians of 8: mid-points differ
+    with pytest.raises(ValueError, match="metric 'ttft_p99_s' cannot rank screened points; use one of decode_tok_s"):
+        estimate(cell, "ttft_p99_s", 128, 1, 0.0)

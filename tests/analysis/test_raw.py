@@ -13,14 +13,28 @@ from resultsets import drafter_bound_set, write_results
 
 from ddsweep.analysis.raw import figures_from_requests
 from ddsweep.analysis.results import load_results
-from ddsweep.bench.records import RequestRecord, cell_figures, steady_state_figures
+from ddsweep.bench.records import RequestRecord, cell_figures
+from ddsweep.figures import steady_state
+
+
+def steady_state_figures(recs: list[RequestRecord]) -> dict:
+    return steady_state([vars(r) for r in recs])
+
+
+def stream(rng: random.Random, ttft: float, decode: float, tokens: int) -> list[list[float]]:
+    """Chunks of 1-4 tokens spread over the decode time, the first at `ttft`."""
+    chunks, done = [[ttft, 1]], 1
+    while done < tokens:
+        done = min(tokens, done + rng.randint(1, 4))
+        chunks.append([ttft + decode * (done - 1) / (tokens - 1) * 0.99, done])
+    return chunks
 
 
 def records(seed: int, repeat: int) -> list[RequestRecord]:
     """One cell's requests with random timings, a warmup request and a failed request."""
     rng = random.Random(seed)
     out = [RequestRecord(128, 4, repeat, -1, True, prompt_tokens=128, completion_tokens=64, finish_reason="length",
-                         start_ts=0.0, end_ts=1.0, ttft_s=0.1, e2e_s=1.0, decode_s=0.9, itl_s=[0.01] * 63,
+                         start_ts=0.0, end_ts=1.0, e2e_s=1.0, chunks=stream(rng, 0.1, 0.9, 64),
                          spec_verify_ct=20, acceptance_length=3.2)]
     t = 100.0 * repeat
     for i in range(8):
@@ -29,8 +43,8 @@ def records(seed: int, repeat: int) -> list[RequestRecord]:
         verify = max(1, tokens // rng.randint(2, 6))
         start = t + rng.uniform(0, 0.5)
         out.append(RequestRecord(128, 4, repeat, i, False, prompt_tokens=128, completion_tokens=tokens,
-                                 finish_reason="stop", start_ts=start, end_ts=start + ttft + decode, ttft_s=ttft,
-                                 e2e_s=ttft + decode, decode_s=decode, itl_s=[decode / (tokens - 1)] * (tokens - 1),
+                                 finish_reason="stop", start_ts=start, end_ts=start + ttft + decode,
+                                 e2e_s=ttft + decode, chunks=stream(rng, ttft, decode, tokens),
                                  spec_verify_ct=verify, acceptance_length=tokens / verify))
     out.append(RequestRecord(128, 4, repeat, 8, False, start_ts=t, end_ts=t + 0.2, e2e_s=0.2, error="HTTP 500"))
     return out
@@ -50,7 +64,8 @@ def test_repeat_figures_match_the_load_generator(seed: int) -> None:
                  "output_throughput_tok_s": steady,
                  "decode_tok_s_median": expected["decode_tok_s"]["median"],
                  "ttft_p50_s": expected["ttft_s"]["p50"], "ttft_p99_s": expected["ttft_s"]["p99"],
-                 "tpot_p50_s": expected["tpot_s"]["p50"], "itl_p50_s": expected["itl_s"]["p50"],
+                 "tpot_p50_s": expected["tpot_s"]["p50"], "token_gap_p50_s": expected["token_gap_s"]["p50"],
+                 "chunk_gap_p50_s": expected["chunk_gap_s"]["p50"],
                  "e2e_p50_s": expected["e2e_s"]["p50"], "acceptance_length": expected["acceptance_length"]}
         for name, value in pairs.items():
             assert math.isclose(cell[name], value, rel_tol=1e-12), name

@@ -14,12 +14,13 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "ddsweep"
 ALLOWED = {
     "storage": set(),
     "console": set(),
-    "config": {"storage"},
-    "bench": {"storage", "config", "console"},
+    "figures": set(),
+    "config": {"storage", "figures"},
+    "bench": {"storage", "config", "console", "figures"},
     "coding": {"storage", "config", "console"},
     "point": {"storage", "config", "bench", "coding", "console"},
-    "analysis": {"storage", "config", "coding"},
-    "adaptive": {"storage", "config", "bench", "analysis"},
+    "analysis": {"storage", "config", "coding", "figures"},
+    "adaptive": {"storage", "config", "bench", "analysis", "figures"},
     "sim": {"storage", "config", "bench", "coding"},
     "cli": set(),  # loads subcommand modules by name only (importlib), never by import statement
     "__main__": {"cli"},

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from standin import FAST, Sim
 
-from ddsweep import storage
+from ddsweep import figures, storage
 from ddsweep.bench.cells import BenchmarkError, BenchSettings, run_benchmark
 from ddsweep.bench.records import RequestRecord, run_request
 from ddsweep.bench.transport import (
@@ -63,10 +63,11 @@ def test_benchmark_records_and_figures(sims: dict[str, Sim], tmp_path: Path) -> 
         assert cell["acceptance_length"] == pytest.approx(ratio)
         assert cell["output_tokens"] == 4 * 24
         assert cell["output_throughput_tok_s"] == pytest.approx(cell["output_tokens"] / cell["wall_s"])
-    for r in records:
-        assert len(r["itl_s"]) == r["completion_tokens"] - 1
-        assert sum(r["itl_s"]) <= r["decode_s"] + 1e-6
-        assert r["e2e_s"] == pytest.approx(r["ttft_s"] + r["decode_s"])
+    for r in records:  # the stream as it arrived: increasing times, cumulative counts up to the server's count
+        times, counts = [c[0] for c in r["chunks"]], [c[1] for c in r["chunks"]]
+        assert times == sorted(times) and times[0] > 0 and times[-1] <= r["e2e_s"]
+        assert counts == sorted(counts) and counts[-1] == r["completion_tokens"]
+        assert r["cached_tokens"] is not None and r["prompt_fingerprint"]
     group = doc["groups"][0]
     assert group["repeats"] == 2 and len(group["output_throughput_tok_s"]["values"]) == 2
     assert any(line.startswith("cell 8/8") for line in lines)
@@ -104,14 +105,39 @@ def _chunk(tokens: int, verify: int) -> bytes:
                                                   "spec_verify_ct": verify, "finish_reason": None}}).encode()
 
 
-def test_itl_splits_chunk_gaps_and_acceptance() -> None:
+def test_chunks_give_chunk_gaps_per_token_times_and_acceptance() -> None:
     chunks = [(0.01, _chunk(1, 0)), (0.04, _chunk(5, 1)), (0.02, _chunk(7, 2)), (0.0, b"[DONE]")]
     rec = asyncio.run(run_request(_Scripted(chunks), "http://x", "p", 7, RequestRecord(1, 1, 0, 0, False)))
     assert rec.error is None and rec.completion_tokens == 7 and rec.spec_verify_ct == 2
     assert rec.acceptance_length == 3.5
-    assert len(rec.itl_s) == 6
-    assert len(set(rec.itl_s[:4])) == 1 and len(set(rec.itl_s[4:])) == 1
-    assert rec.itl_s[0] == pytest.approx(0.01, abs=0.008) and rec.itl_s[4] == pytest.approx(0.01, abs=0.008)
+    assert [c[1] for c in rec.chunks] == [1, 5, 7]
+    times = figures.request_times(vars(rec))
+    assert times.ttft_s == pytest.approx(rec.chunks[0][0]) and len(times.chunk_gaps_s) == 2
+    assert times.chunk_gaps_s[0] == pytest.approx(0.04, abs=0.015)
+    assert len(times.token_gaps_s) == 6  # a chunk of 4 tokens gives 4 per-token times of a quarter of its gap
+    assert times.token_gaps_s[:4] == pytest.approx([times.chunk_gaps_s[0] / 4] * 4)
+    assert times.token_gaps_s[4:] == pytest.approx([times.chunk_gaps_s[1] / 2] * 2)
+    assert times.tpot_s == pytest.approx((rec.e2e_s - times.ttft_s) / 6)
+
+
+def _abort_chunk(tokens: int) -> bytes:
+    reason = {"type": "abort", "message": "Retracted under decode memory pressure", "status_code": 503,
+              "err_type": None}
+    return json.dumps({"text": "x", "meta_info": {"prompt_tokens": 5, "completion_tokens": tokens,
+                                                  "finish_reason": reason}}).encode()
+
+
+def test_a_streamed_abort_and_an_error_event_are_failures_with_the_servers_message() -> None:
+    aborted = asyncio.run(run_request(_Scripted([(0, _chunk(1, 0)), (0, _abort_chunk(2)), (0, b"[DONE]")]),
+                                      "http://x", "p", 7, RequestRecord(1, 1, 0, 0, False)))
+    assert aborted.error == ("aborted by the server: Retracted under decode memory pressure (status_code 503)")
+    assert aborted.finish_reason == "abort" and not aborted.ok
+    refused = json.dumps({"error": {"message": "The input (300 tokens) is longer than the model's context length "
+                                               "(256 tokens).", "type": "invalid_request_error", "code": 400}})
+    long = asyncio.run(run_request(_Scripted([(0, refused.encode()), (0, b"[DONE]")]), "http://x", "p", 7,
+                                   RequestRecord(1, 1, 0, 0, False)))
+    assert long.error == ("server error in stream: The input (300 tokens) is longer than the model's context "
+                          "length (256 tokens).")
 
 
 def test_cut_and_malformed_streams_are_errors() -> None:
@@ -276,8 +302,9 @@ def test_asyncio_client_streams_and_reuses_the_connection() -> None:
     assert took[1] < 0.04  # done at [DONE]
     assert first.completion_tokens == 8 and first.spec_verify_ct == 2 and first.finish_reason == "length"
     assert first.acceptance_length == 4.0 and first.prompt_tokens == 5
-    assert len(first.itl_s) == 7 and first.itl_s[0] == pytest.approx(0.05 / 4, abs=0.008)
-    assert first.ttft_s is not None and first.ttft_s < 0.04  # the first event arrived before the pause
+    assert [c[1] for c in first.chunks] == [1, 5, 8]
+    assert first.chunks[1][0] - first.chunks[0][0] == pytest.approx(0.05, abs=0.02)  # the pause between events
+    assert first.chunks[0][0] < 0.04  # the first event arrived before the pause
     assert third.completion_tokens == 8 and seen == [0, 0, 0]  # kept alive: all on one connection
 
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import pytest
 
+from ddsweep import figures
 from ddsweep.bench import metrics
 
 
 def test_percentile_linear_interpolation() -> None:
     values = [1.0, 2.0, 3.0, 4.0]
-    assert metrics.percentile(values, 50) == 2.5
-    assert metrics.percentile(values, 0) == 1.0 and metrics.percentile(values, 100) == 4.0
-    assert metrics.percentile(list(range(1, 101)), 90) == pytest.approx(90.1)
-    assert metrics.percentiles([5.0]) == {"p50": 5.0, "p90": 5.0, "p99": 5.0}
-    assert metrics.percentiles([]) == {"p50": None, "p90": None, "p99": None}
+    assert figures.percentile(values, 50) == 2.5
+    assert figures.percentile(values, 0) == 1.0 and figures.percentile(values, 100) == 4.0
+    assert figures.percentile(list(range(1, 101)), 90) == pytest.approx(90.1)
+    assert figures.percentiles([5.0]) == {"p50": 5.0, "p90": 5.0, "p99": 5.0}
+    assert figures.percentiles([]) == {"p50": None, "p90": None, "p99": None}
     with pytest.raises(ValueError):
-        metrics.percentile([], 50)
+        figures.percentile([], 50)
 
 
 def test_summarize_repeats_skips_missing() -> None:
@@ -27,11 +28,11 @@ def test_summarize_repeats_skips_missing() -> None:
 
 def test_percentiles_match_single_percentile_on_unsorted_values() -> None:
     values = [9.0, 1.0, 5.0, 3.0, 7.0, 2.0]
-    assert metrics.percentiles(values, (0, 10, 50, 90, 100)) == {
-        f"p{q}": metrics.percentile(values, q) for q in (0, 10, 50, 90, 100)}
-    assert metrics.percentiles(values, (10,)) == {"p10": pytest.approx(1.5)}
+    assert figures.percentiles(values, (0, 10, 50, 90, 100)) == {
+        f"p{q}": figures.percentile(values, q) for q in (0, 10, 50, 90, 100)}
+    assert figures.percentiles(values, (10,)) == {"p10": pytest.approx(1.5)}
     with pytest.raises(ValueError):
-        metrics.percentiles(values, (101,))
+        figures.percentiles(values, (101,))
 
 
 def test_context_check_flags_a_cell_off_its_target_context():

@@ -150,7 +150,7 @@ def test_acceptance_per_workload_follows_the_stand_in_model(sims, tmp_path) -> N
     doc = run_benchmark(sims["ddtree"].url, tmp_path, settings, simulated=True)
     accept = {w["name"]: w["acceptance_length"] for w in doc["workloads"]}
     knobs, params = Knobs("ddtree", 8, DEFAULT_TOPK, 8, None), ModelParams()
-    assert accept["coding"] > accept["prose"] + 0.5
+    assert accept["coding"] > accept["prose"]  # the model expects 6.60 against 6.07
     assert accept["coding"] == pytest.approx(expected_accept_length(params, knobs, "code"), rel=0.1)
     assert accept["prose"] == pytest.approx(expected_accept_length(params, knobs, "prose"), rel=0.1)
     assert all(w["ignore_eos"] is False for w in doc["workloads"])

@@ -225,3 +225,15 @@ def test_validate_warns_about_a_swept_knob_no_check_verifies():
     config["engine"]["presets"]["ddtree"]["verify"]["log_patterns"] = []
     config["engine"]["presets"]["ddtree"]["verify"]["launch_command"] = ["--max-topk {topk}"]
     assert unverified_swept_knobs(config) == []
+
+
+@pytest.mark.parametrize("metric", ["ttft_p99_s", "tpot_p99_s"])
+def test_an_adaptive_study_refuses_a_tail_percentile_regime_and_a_grid_study_takes_it(study, metric):
+    config = _set(study, "analysis.regimes.0.metric", metric)
+    validate_config(config)  # the grid ranks on per-repeat figures: any metric the schema accepts
+    adaptive = _set(config, "sweep.strategy", "adaptive")
+    median = metric.replace("_p99_", "_p50_")
+    with pytest.raises(ConfigError, match=rf"analysis.regimes\[0\].metric: {metric} cannot rank an adaptive study's "
+                                          rf"screening: .* use {median} or sweep.strategy: grid"):
+        validate_config(adaptive)
+    validate_config(_set(adaptive, "analysis.regimes.0.metric", median))

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from ddsweep.adaptive.stages import primary_workload, screen_settings
 from ddsweep.analysis.statistics import t_quantile
+from ddsweep.figures import METRICS, Metric, failed, whole_output_throughput
 
-LOWER_IS_BETTER = frozenset({"ttft_p50_s", "tpot_p50_s"})
+LOWER_IS_BETTER = frozenset(name for name, m in METRICS.items() if m.lower_is_better)
 
 
 @dataclass
@@ -45,51 +46,34 @@ class Estimate:
         return math.hypot(q * self.within, z * self.launch)
 
 
-def _request_figure(metric: str, record: dict) -> float | None:
-    """One request's contribution to `metric` (for the within-launch standard error)."""
-    tokens, decode = record.get("completion_tokens"), record.get("decode_s")
-    if metric == "decode_tok_s":
-        return (tokens - 1) / decode if tokens and tokens > 1 and decode else None
-    if metric == "output_throughput_tok_s":
-        e2e = record.get("e2e_s")
-        return tokens / e2e if tokens and e2e else None
-    if metric == "acceptance_length":
-        return record.get("acceptance_length")
-    if metric == "ttft_p50_s":
-        return record.get("ttft_s")
-    if metric == "tpot_p50_s":
-        return decode / (tokens - 1) if tokens and tokens > 1 and decode is not None else None
-    raise ValueError(f"analysis.regimes: unknown metric {metric!r}")
-
-
-def _cell_value(metric: str, records: list[dict]) -> float | None:
-    """The cell's figure, computed as the benchmark's cells.json computes it (docs/results-schema.md)."""
-    if metric == "output_throughput_tok_s":
-        starts = [r["start_ts"] for r in records if r.get("start_ts") is not None]
-        ends = [r["end_ts"] for r in records if r.get("end_ts") is not None]
-        wall = max(ends) - min(starts) if starts and ends else 0
-        return sum(r.get("completion_tokens") or 0 for r in records if not r.get("error")) / wall if wall else None
-    if metric == "acceptance_length":
-        verify = [r for r in records if r.get("spec_verify_ct")]
-        return (sum(r["completion_tokens"] or 0 for r in verify) / sum(r["spec_verify_ct"] for r in verify)
-                if verify else None)
-    values = [v for r in records if (v := _request_figure(metric, r)) is not None]
-    return statistics.median(values) if values else None
+def _metric(metric: str) -> Metric:
+    """The definition of a regime's metric; one that screening cannot rank on is refused (as `ddsweep validate`
+    refuses it in an adaptive study's config)."""
+    found = METRICS.get(metric)
+    if found is None or not found.screenable:
+        raise ValueError(f"analysis.regimes: metric {metric!r} cannot rank screened points; use one of "
+                         f"{', '.join(name for name, m in METRICS.items() if m.screenable)}")
+    return found
 
 
 def estimate(records: list[dict], metric: str, context: int, concurrency: int, launch_cv: float,
              workload: str | None = None) -> Estimate | None:
     """The screened figure of one regime cell (of `workload`, when records name one) with its relative standard
-    error, or None when not measured."""
-    cell = [r for r in records if r.get("context") == context and r.get("concurrency") == concurrency
-            and not r.get("warmup") and not r.get("error")
-            and (workload is None or r.get("workload") in (None, workload))]
-    value = _cell_value(metric, cell)
+    error, or None when not measured. Every figure is ddsweep.figures'; throughput is over the whole cell, the
+    figure whose within-launch error `_wall_rel_se` models (the decisions take the steady-state window)."""
+    definition = _metric(metric)
+    measured = [r for r in records if r.get("context") == context and r.get("concurrency") == concurrency
+                and not r.get("warmup") and (workload is None or r.get("workload") in (None, workload))]
+    cell = [r for r in measured if not failed(r)]
+    if metric == "output_throughput_tok_s":
+        value = whole_output_throughput(measured)
+        if value is None or value <= 0:
+            return None
+        return Estimate(value, _wall_rel_se(cell, concurrency), launch_cv, max(0, len(cell) - 1))
+    value = definition.cell(measured)
     if value is None or value <= 0:
         return None
-    if metric == "output_throughput_tok_s":
-        return Estimate(value, _wall_rel_se(cell, concurrency), launch_cv, max(0, len(cell) - 1))
-    per_request = [v for r in cell if (v := _request_figure(metric, r)) is not None]
+    per_request = [v for r in cell if (v := definition.per_request(r)) is not None] if definition.per_request else []
     within = 0.0
     if len(per_request) > 1 and statistics.fmean(per_request) > 0:
         within = statistics.stdev(per_request) / statistics.fmean(per_request) / math.sqrt(len(per_request))

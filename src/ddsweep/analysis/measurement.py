@@ -76,7 +76,8 @@ def _acceptance_block(d: Decisions, requests: pd.DataFrame) -> dict[str, Any]:
 
 
 def verification_caveats(d: Decisions) -> list[dict[str, Any]]:
-    """Knobs no check verified, and cells whose prompts missed their target context."""
+    """Knobs no check verified, cells whose prompts missed their target context, cells whose prompts repeated or
+    hit the prefix cache beyond their shared prefix, and comparisons above a point's admission limit."""
     out: list[dict[str, Any]] = []
     unverified: dict[str, list[str]] = {}
     for p in d.results.points:
@@ -98,7 +99,36 @@ def verification_caveats(d: Decisions) -> list[dict[str, Any]]:
                       f"repeat {c.get('repeat')}: prompt tokens {c.get('prompt_tokens_min')}–"
                       f"{c.get('prompt_tokens_max')} (worst error {_pct(c.get('prompt_tokens_max_rel_error'))})"
                       for pid, c in off[:20]]})
+    cached = [(p.point_id, c) for p in d.results.points for c in p.cache_cells]
+    if cached:
+        out.append({"kind": "prefix_cache", "title": "Prompts served from the prefix cache", "text": (
+            "In these cells prompts repeated, or the server reported more cached prompt tokens (meta_info "
+            "cached_tokens) than the prefix all the cell's prompts share (chat template and instruction): their "
+            "time to first token partly measures cache hits, which the workload does not intend."),
+            "items": [f"`{pid}` {c.get('workload') or ''} context {c.get('context')}, C={c.get('concurrency')}, "
+                      f"repeat {c.get('repeat')}: {c.get('repeated_prompts') or 0} repeated prompt(s), "
+                      f"{c.get('cached_beyond_common_prefix') or 0} request(s) cached beyond the shared "
+                      f"{c.get('common_prefix_tokens')} tokens, cached share {_pct(c.get('cached_share'))}"
+                      for pid, c in cached[:20]]})
+    out.extend(_admission_caveat(d))
     return out
+
+
+def _admission_caveat(d: Decisions) -> list[dict[str, Any]]:
+    """Concurrency levels at which a compared point admits fewer requests than are in flight (its
+    max_running_requests from /server_info): the rest queue on that point only."""
+    cells = d.results.cells
+    levels = sorted({int(c) for c in cells["concurrency"].dropna()}) if not cells.empty else []
+    rows = [[f"`{p.point_id}`", str(limit), ", ".join(str(c) for c in levels if c > limit)]
+            for p in d.results.points if (limit := p.limits.get("max_running_requests")) and levels[-1:] > [limit]]
+    if not rows:
+        return []
+    return [{"kind": "admission_limits", "title": "Concurrency above a point's admission limit", "text": (
+        "These points admit at most max_running_requests requests at once (the server's resolved value; SGLang "
+        "sets 48 for DFLASH when it is unset). At the concurrency levels listed, their extra requests wait in the "
+        "server's queue, so a comparison there with a point that admits them all compares queueing with serving; "
+        "set the same --max-running-requests on every preset to compare like with like."),
+        "table": {"columns": ["point", "max_running_requests", "concurrency above it"], "rows": rows}}]
 
 
 def _pct(value: Any) -> str:

@@ -9,21 +9,11 @@ back to the per-repeat cell figures of bench/cells.json; its across-repeat bound
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
+from ddsweep import figures
+
 REQUEST_LIMIT_FIELDS: dict[str, str] = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100), linear interpolation between order statistics; NaN for no values."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    pos = (len(ordered) - 1) * q / 100.0
-    low = math.floor(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 def _num(value: Any) -> float | None:
@@ -37,96 +27,56 @@ def _num(value: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def _pct(values: list[float], q: float) -> float:
+    return figures.percentile(values, q) if values else math.nan
+
+
 def request_row(record: dict[str, Any]) -> dict[str, Any] | None:
     """One measured request as a flat row (None for warmup requests or records without cell coordinates)."""
     if record.get("warmup") or not all(isinstance(record.get(k), int) for k in ("context", "concurrency",
                                                                                   "repeat")):
         return None
-    tokens = _num(record.get("completion_tokens"))
-    decode = _num(record.get("decode_s"))
-    ok = record.get("error") is None
-    tpot = decode / (tokens - 1) if ok and tokens and tokens > 1 and decode is not None else None
+    ok = not figures.failed(record)
+    times = figures.request_times(record)
     return {
         "workload": str(record.get("workload") or ""), "ignore_eos": record.get("ignore_eos"),
         "context": record["context"], "concurrency": record["concurrency"], "repeat": record["repeat"],
-        "ok": ok, "completion_tokens": tokens if ok else None, "start_ts": _num(record.get("start_ts")),
-        "end_ts": _num(record.get("end_ts")), "ttft_s": _num(record.get("ttft_s")) if ok else None,
-        "e2e_s": _num(record.get("e2e_s")) if ok else None, "decode_s": decode if ok else None, "tpot_s": tpot,
+        "ok": ok, "completion_tokens": _num(record.get("completion_tokens")) if ok else None,
         "spec_verify_ct": _num(record.get("spec_verify_ct")) if ok else None,
-        "itl_s": record.get("itl_s") if ok and isinstance(record.get("itl_s"), list) else [],
+        "cached_tokens": _num(record.get("cached_tokens")), "prompt_tokens": _num(record.get("prompt_tokens")),
+        "start_ts": _num(record.get("start_ts")), "end_ts": _num(record.get("end_ts")),
+        "ttft_s": times.ttft_s if ok else None, "tpot_s": times.tpot_s if ok else None,
+        "e2e_s": times.e2e_s if ok else None,
     }
 
 
-def repeat_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The figures of one cell (one repeat) from its measured request rows (docs/results-schema.md)."""
-    done = [r for r in rows if r["ok"]]
-    starts = [r["start_ts"] for r in rows if r["start_ts"] is not None]
-    ends = [r["end_ts"] for r in rows if r["end_ts"] is not None]
-    wall = (max(ends) - min(starts)) if starts and ends else None
-    tokens = sum(r["completion_tokens"] or 0 for r in done)
-    decode = [(r["completion_tokens"] - 1) / r["decode_s"] for r in done
-              if r["completion_tokens"] and r["completion_tokens"] > 1 and r["decode_s"]]
-    ttft = [r["ttft_s"] for r in done if r["ttft_s"] is not None]
-    tpot = [r["tpot_s"] for r in done if r["tpot_s"] is not None]
-    e2e = [r["e2e_s"] for r in done if r["e2e_s"] is not None]
-    verify = [r for r in done if r["spec_verify_ct"]]
-    acceptance = (sum(r["completion_tokens"] or 0 for r in verify) / sum(r["spec_verify_ct"] for r in verify)
-                  if verify else math.nan)
-    whole = tokens / wall if wall else math.nan
-    steady = steady_output_throughput(rows)
+def repeat_figures(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of one cell (one repeat) from its measured request records (ddsweep.figures)."""
+    done = [r for r in records if not figures.failed(r)]
+    wall = figures.wall_s(records)
+    samples = figures.cell_samples(records)
+    throughput, window = figures.output_throughput(records)
+    fingerprints = {r["prompt_fingerprint"] for r in records if r.get("prompt_fingerprint")}
     return {
-        "completed": len(done), "failed": len(rows) - len(done), "wall_s": wall if wall else math.nan,
+        "completed": len(done), "failed": len(records) - len(done), "wall_s": _nan(wall),
         # the decision figure: over the steady-state window where the cell has one, else over the whole cell
-        "output_throughput_tok_s": whole if steady is None else steady,
-        "throughput_window": "whole" if steady is None else "steady",
-        "whole_output_throughput_tok_s": whole,
+        "output_throughput_tok_s": _nan(throughput), "throughput_window": window,
+        "whole_output_throughput_tok_s": _nan(figures.whole_output_throughput(records)),
         "requests_per_s": len(done) / wall if wall else math.nan,
-        "decode_tok_s_median": percentile(decode, 50),
-        "ttft_p50_s": percentile(ttft, 50), "ttft_p90_s": percentile(ttft, 90), "ttft_p99_s": percentile(ttft, 99),
-        "tpot_p50_s": percentile(tpot, 50), "tpot_p90_s": percentile(tpot, 90), "tpot_p99_s": percentile(tpot, 99),
-        "itl_p50_s": math.nan, "e2e_p50_s": percentile(e2e, 50), "e2e_p99_s": percentile(e2e, 99),
-        "acceptance_length": acceptance, "source": "requests.jsonl",
+        "decode_tok_s_median": _pct(samples.decode_tok_s, 50),
+        "ttft_p50_s": _pct(samples.ttft_s, 50), "ttft_p90_s": _pct(samples.ttft_s, 90),
+        "ttft_p99_s": _pct(samples.ttft_s, 99), "tpot_p50_s": _pct(samples.tpot_s, 50),
+        "tpot_p90_s": _pct(samples.tpot_s, 90), "tpot_p99_s": _pct(samples.tpot_s, 99),
+        "chunk_gap_p50_s": _pct(samples.chunk_gaps_s, 50), "token_gap_p50_s": _pct(samples.token_gaps_s, 50),
+        "e2e_p50_s": _pct(samples.e2e_s, 50), "e2e_p99_s": _pct(samples.e2e_s, 99),
+        "acceptance_length": _nan(figures.acceptance_length(records)),
+        "cached_share": _nan(figures.cached_share(records)),
+        "distinct_prompts": len(fingerprints) if fingerprints else None, "source": "requests.jsonl",
     }
-
-
-def steady_state_window(rows: list[dict[str, Any]]) -> tuple[float, float] | None:
-    """(start, end) of a cell's steady state: from when C requests are first in flight until the first of the
-    last C completions (the load generator's definition, docs/results-schema.md); None without one."""
-    timed = [r for r in rows if r["start_ts"] is not None and r["end_ts"] is not None]
-    if not timed:
-        return None
-    conc = timed[0]["concurrency"]
-    events = sorted([(r["start_ts"], 1) for r in timed] + [(r["end_ts"], -1) for r in timed])
-    level, start = 0, None
-    for ts, delta in events:
-        level += delta
-        if level >= conc:
-            start = ts
-            break
-    ends = sorted(r["end_ts"] for r in timed)
-    if start is None or len(ends) < conc:
-        return None
-    end = ends[len(ends) - conc]
-    return (start, end) if end > start else None
-
-
-def steady_output_throughput(rows: list[dict[str, Any]]) -> float | None:
-    """Output tokens per second that arrived inside the steady-state window (token times from the send time,
-    TTFT and the per-token gaps); None when the cell has no steady state."""
-    window = steady_state_window(rows)
-    if window is None:
-        return None
-    start, end = window
-    tokens = 0
-    for r in rows:
-        if not r["ok"] or r["start_ts"] is None or r["ttft_s"] is None:
-            continue
-        t = r["start_ts"] + r["ttft_s"]
-        tokens += start <= t <= end
-        for gap in r["itl_s"]:
-            t += float(gap)
-            tokens += start <= t <= end
-    return tokens / (end - start)
 
 
 def figures_from_requests(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -138,13 +88,9 @@ def figures_from_requests(records: list[dict[str, Any]]) -> tuple[list[dict[str,
         if row is None:
             continue
         requests.append(row)
-        by_cell.setdefault((row["workload"], row["context"], row["concurrency"], row["repeat"]), []).append(row)
-    cells = [{"workload": w, "context": c, "concurrency": k, "repeat": rep, **repeat_figures(rows)}
-             for (w, c, k, rep), rows in sorted(by_cell.items())]
-    for cell, rows in zip(cells, (by_cell[key] for key in sorted(by_cell)), strict=True):
-        cell["itl_p50_s"] = percentile([float(g) for r in rows for g in r["itl_s"] if _num(g) is not None], 50)
-    for row in requests:
-        del row["itl_s"]
+        by_cell.setdefault((row["workload"], row["context"], row["concurrency"], row["repeat"]), []).append(record)
+    cells = [{"workload": w, "context": c, "concurrency": k, "repeat": rep, **repeat_figures(members)}
+             for (w, c, k, rep), members in sorted(by_cell.items())]
     return cells, requests
 
 
@@ -178,8 +124,10 @@ def figures_from_cells_document(cells: dict[str, Any]) -> list[dict[str, Any]]:
             "ttft_p50_s": sub(cell, "ttft_s", "p50"), "ttft_p90_s": sub(cell, "ttft_s", "p90"),
             "ttft_p99_s": sub(cell, "ttft_s", "p99"), "tpot_p50_s": sub(cell, "tpot_s", "p50"),
             "tpot_p90_s": sub(cell, "tpot_s", "p90"), "tpot_p99_s": sub(cell, "tpot_s", "p99"),
-            "itl_p50_s": sub(cell, "itl_s", "p50"), "e2e_p50_s": sub(cell, "e2e_s", "p50"),
+            "chunk_gap_p50_s": sub(cell, "chunk_gap_s", "p50"), "token_gap_p50_s": sub(cell, "token_gap_s", "p50"),
+            "e2e_p50_s": sub(cell, "e2e_s", "p50"),
             "e2e_p99_s": sub(cell, "e2e_s", "p99"), "acceptance_length": num(cell.get("acceptance_length")),
+            "cached_share": num(cell.get("cached_share")), "distinct_prompts": cell.get("distinct_prompts"),
             "source": "cells.json",
         })
     return rows

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from ddsweep.analysis.admission import admission_limits
 from ddsweep.analysis.launch_model import (
     cell_launches,
     launch_difference,
@@ -28,6 +29,7 @@ from ddsweep.analysis.launch_model import (
 from ddsweep.analysis.raw import figures_from_cells_document, figures_from_requests
 from ddsweep.analysis.statistics import Estimate, LogDifference, log_difference, mean_interval
 from ddsweep.config.knobs import KNOBS
+from ddsweep.figures import METRICS
 
 GROUP_METRICS: tuple[str, ...] = (
     "output_throughput_tok_s",
@@ -41,30 +43,22 @@ GROUP_METRICS: tuple[str, ...] = (
 )
 # The per-repeat cell column of each metric (the decode figure of a repeat is its median request).
 METRIC_COLUMNS: dict[str, str] = {m: ("decode_tok_s_median" if m == "decode_tok_s" else m) for m in GROUP_METRICS}
-LOWER_IS_BETTER: frozenset[str] = frozenset({"ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s"})
-METRIC_LABELS: dict[str, str] = {
-    "decode_tok_s": "single-request decode speed (tok/s)",
-    "output_throughput_tok_s": "aggregate output throughput (tok/s, steady state)",
-    "acceptance_length": "mean acceptance length (tokens/verify step)",
-    "ttft_p50_s": "median time to first token (s)",
-    "ttft_p99_s": "99th-percentile time to first token (s)",
-    "tpot_p50_s": "median time per output token (s)",
-    "tpot_p99_s": "99th-percentile time per output token (s)",
-    "requests_per_s": "completed requests per second",
-}
+LOWER_IS_BETTER: frozenset[str] = frozenset(name for name, m in METRICS.items() if m.lower_is_better)
+METRIC_LABELS: dict[str, str] = {**{name: m.label for name, m in METRICS.items()},
+                                 "requests_per_s": "completed requests per second"}
 # The effective draft tree (from results/plan.json) beside the requested knobs, and the alias group.
 TREE_COLUMNS: tuple[str, ...] = ("tree_shape", "tree_width", "tree_depth_limit", "tree_nodes", "alias_group",
                                  "alias_of", "twin_group")
 POINT_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", "preset", *KNOBS, *TREE_COLUMNS, "status", "error_kind", "simulated", "gpu_name", "gpu_count",
-    "interconnect", "engine_version", "git_commit", "hostname",
+    "interconnect", "engine_version", "git_commit", "hostname", "max_running_requests", "max_total_num_tokens",
 )
 CELL_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", *KNOBS, "workload", "context", "concurrency", "repeat", "completed", "failed", "wall_s",
     "output_throughput_tok_s", "throughput_window", "whole_output_throughput_tok_s", "requests_per_s",
     "decode_tok_s_median", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
-    "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "e2e_p50_s", "e2e_p99_s", "acceptance_length", "source",
-    "simulated", "launch",
+    "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "chunk_gap_p50_s", "token_gap_p50_s", "e2e_p50_s", "e2e_p99_s",
+    "acceptance_length", "cached_share", "distinct_prompts", "source", "simulated", "launch",
 )
 GROUP_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", *KNOBS, "context", "concurrency", "metric", "mean", "ci_low", "ci_high", "repeats",
@@ -72,7 +66,7 @@ GROUP_COLUMNS: tuple[str, ...] = (
 )
 REQUEST_COLUMNS: tuple[str, ...] = (
     "point_id", "workload", "ignore_eos", "context", "concurrency", "repeat", "ok", "completion_tokens",
-    "spec_verify_ct", "start_ts", "end_ts", "ttft_s", "tpot_s", "e2e_s",
+    "spec_verify_ct", "prompt_tokens", "cached_tokens", "start_ts", "end_ts", "ttft_s", "tpot_s", "e2e_s",
 )
 FAILURE_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", "preset", *KNOBS, "status", "error_kind", "reason", "step", "duration_s", "host",
@@ -116,6 +110,8 @@ class PointRecord:
     def shown_status(self) -> str:
         """The status tables and the summary show: `partial` for a completed point with failed cells."""
         return "partial" if self.status == "ok" and self.failed_cells else self.status
+    cache_cells: list[dict[str, Any]] = field(default_factory=list)  # cells with repeated or over-cached prompts
+    limits: dict[str, int | None] = field(default_factory=dict)  # admission limits from server_info.json
 
     def knobs(self) -> dict[str, int | None]:
         """Return the four knobs as a dict (None where a knob does not apply or the window is off)."""
@@ -181,7 +177,7 @@ class ResultSet:
                 "interconnect": p.environment.get("interconnect"),
                 "engine_version": engine.get("version"),
                 "git_commit": p.environment.get("git_commit"),
-                "hostname": p.environment.get("hostname"),
+                "hostname": p.environment.get("hostname"), **p.limits,
             })
         for entry in self.aliases():
             rows.append({"point_id": entry["point_id"], "kind": entry.get("kind"), "preset": entry.get("preset"),
@@ -426,6 +422,9 @@ def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, li
         record.off_target_cells = [c for c in cells.get("cells") or []
                                    if isinstance(c, dict) and c.get("prompt_tokens_off_target")]
         record.failed_cells = [c for c in cells.get("cells") or [] if isinstance(c, dict) and c.get("cell_failed")]
+        record.cache_cells = [c for c in cells.get("cells") or [] if isinstance(c, dict)
+                              and (c.get("cached_beyond_common_prefix") or c.get("repeated_prompts"))]
+    record.limits = admission_limits(_read_json(directory / "server_info.json", issues, required=False))
 
     requests = _read_jsonl(directory / "bench" / "requests.jsonl", issues)
     measured = any(not r.get("warmup") for r in requests)

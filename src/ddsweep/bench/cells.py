@@ -28,7 +28,7 @@ import httpx
 
 from ddsweep import storage
 from ddsweep.bench import metrics
-from ddsweep.bench.records import RequestRecord, cell_figures, group_figures, run_request
+from ddsweep.bench.records import RequestRecord, cache_check, cell_figures, group_figures, run_request
 from ddsweep.bench.transport import _Transport, _transport
 from ddsweep.bench.workloads import Prompt, PromptBuilder, Workload, WorkloadError
 from ddsweep.config.defaults import schema_default
@@ -113,7 +113,7 @@ async def _run_cell(transport: _Transport, url: str, prompt_list: list[Prompt], 
         state.in_flight += 1
         rec = records[i]
         try:
-            rec.prompt_source = prompt_list[i].label
+            rec.prompt_source, rec.prompt_fingerprint = prompt_list[i].label, prompt_list[i].fingerprint
             await asyncio.wait_for(run_request(transport, url, prompt_list[i].input_ids,
                                                workload.max_new_tokens or settings.max_new_tokens, rec,
                                                ignore_eos=workload.ignore_eos), settings.request_timeout_s)
@@ -274,6 +274,7 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
             if cell.warmup:
                 continue
             figures = cell_figures(recs)
+            figures.update(cache_check(recs, [p.input_ids for p in texts]))
             verify = [r for r in recs if r.ok and r.spec_verify_ct]
             doc["cells"].append({"workload": workload.name, "context": context, "concurrency": conc,
                                  "repeat": cell.repeat, "ignore_eos": workload.ignore_eos, **figures,

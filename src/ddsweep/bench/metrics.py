@@ -1,38 +1,11 @@
-"""Descriptive statistics for benchmark figures: percentiles and medians (pure functions). Intervals are the
-analysis's (analysis/statistics.py), computed from the request records."""
+"""Descriptions of a benchmark's cells for cells.json: figures across repeats and the context check (pure
+functions). The figures themselves are ddsweep.figures'; intervals are the analysis's (analysis/statistics.py)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) with linear interpolation between order statistics (numpy's default)."""
-    if not values:
-        raise ValueError("percentile of an empty sequence")
-    return _interpolate(sorted(values), q)
-
-
-def _interpolate(ordered: Sequence[float], q: float) -> float:
-    """The q-th percentile of already sorted values, so several percentiles need one sort."""
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile must be within [0, 100], got {q}")
-    pos = (len(ordered) - 1) * q / 100.0
-    low = math.floor(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-def median(values: Sequence[float]) -> float:
-    """The median (mean of the two middle values for an even count)."""
-    return percentile(values, 50.0)
-
-
-def percentiles(values: Sequence[float], qs: Sequence[int] = (50, 90, 99)) -> dict[str, float | None]:
-    """{"p50": ..., "p90": ..., "p99": ...} for `values`, with None entries when there are no values."""
-    ordered = sorted(values)
-    return {f"p{q}": (_interpolate(ordered, q) if ordered else None) for q in qs}
+from ddsweep.figures import median
 
 
 def summarize_repeats(values: Sequence[float | None]) -> dict:

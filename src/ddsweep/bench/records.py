@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 import httpx
 
+from ddsweep import figures
 from ddsweep.bench import metrics
 from ddsweep.bench.transport import ProtocolError, _HttpError, _StreamState, _Transport
 
 
 @dataclass
 class RequestRecord:
-    """One benchmark request, as one line of requests.jsonl (see docs/results-schema.md)."""
+    """One benchmark request, as one line of requests.jsonl (see docs/results-schema.md); its latency figures are
+    computed from `chunks`, `e2e_s` and `completion_tokens` by ddsweep.figures."""
 
     context: int
     concurrency: int
@@ -25,17 +28,17 @@ class RequestRecord:
     warmup: bool
     workload: str = ""
     prompt_source: str | None = None
+    prompt_fingerprint: str | None = None
     max_new_tokens: int | None = None
     ignore_eos: bool | None = None
     prompt_tokens: int | None = None
+    cached_tokens: int | None = None
     completion_tokens: int | None = None
     finish_reason: str | None = None
     start_ts: float | None = None
     end_ts: float | None = None
-    ttft_s: float | None = None
     e2e_s: float | None = None
-    decode_s: float | None = None
-    itl_s: list[float] = field(default_factory=list)
+    chunks: list[list[float]] = field(default_factory=list)
     spec_verify_ct: int | None = None
     acceptance_length: float | None = None
     error: str | None = None
@@ -46,14 +49,17 @@ class RequestRecord:
         """Whether the request completed without error."""
         return self.error is None
 
+
 # --------------------------------------------------------------------------- one request
 async def run_request(transport: _Transport, url: str, prompt: str | list[int], max_new_tokens: int,
                       record: RequestRecord, ignore_eos: bool = False) -> RequestRecord:
-    """Send one streaming greedy /generate request (text, or token ids) and fill `record` with its timings.
+    """Send one streaming greedy /generate request (text, or token ids) and fill `record` with its stream.
 
     The end is the arrival of [DONE]. The asyncio client starts the clock when the request is written to an open
     connection (the server sees nothing before) and times each chunk in `data_received`, as its bytes arrive;
-    aiohttp and httpx start it when the call is made and time a chunk when its line is handed over.
+    aiohttp and httpx start it when the call is made and time a chunk when its line is handed over. A request
+    fails (its `error` names why, with the server's message where it sent one) on an HTTP error, an error event or
+    an abort in the stream, a malformed chunk, or a stream cut before [DONE].
     """
     payload = {"text" if isinstance(prompt, str) else "input_ids": prompt, "stream": True,
                "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0, "ignore_eos": ignore_eos}}
@@ -61,7 +67,7 @@ async def run_request(transport: _Transport, url: str, prompt: str | list[int], 
     clock = time.perf_counter
     wall0, perf0 = time.time(), clock()
     record.start_ts = wall0
-    state = _StreamState(record.itl_s)
+    state = _StreamState(record.chunks)
     try:
         await transport.request(url + "/generate", payload, state)
     except _HttpError as exc:
@@ -76,6 +82,7 @@ async def run_request(transport: _Transport, url: str, prompt: str | list[int], 
     t0 = state.t0 if state.t0 is not None else perf0
     record.start_ts = wall0 + (t0 - perf0)
     record.end_ts = wall0 + (end - perf0)
+    record.e2e_s = end - t0
     record.error = record.error or state.error
     meta: dict = {}
     if state.final:
@@ -88,146 +95,90 @@ async def run_request(transport: _Transport, url: str, prompt: str | list[int], 
             record.error = record.error or f"malformed stream chunk: {state.final[:80].decode('utf-8', 'replace')!r}"
     if record.error is None and not state.done:
         record.error = "stream ended without [DONE] (connection closed mid-stream)"
-    _fill_from_meta(record, meta, t0, state.first, end)
+    if meta:
+        _fill_from_meta(record, meta)
     return record
 
 
-def _fill_from_meta(record: RequestRecord, meta: dict, t0: float, first: float | None, end: float) -> None:
-    record.e2e_s = end - t0
-    if first is not None:
-        record.ttft_s = first - t0
-        record.decode_s = end - first
-    if meta:
-        record.prompt_tokens = meta.get("prompt_tokens")
-        record.completion_tokens = meta.get("completion_tokens")
-        reason = meta.get("finish_reason")
-        record.finish_reason = reason.get("type") if isinstance(reason, dict) else reason
-        verify = meta.get("spec_verify_ct")
-        if verify is not None:
-            record.spec_verify_ct = int(verify)
-            if verify and record.completion_tokens:
-                record.acceptance_length = record.completion_tokens / verify
+def abort_message(reason: dict) -> str:
+    """The error of a request SGLang aborted (`finish_reason` `{"type": "abort", "message", "status_code",
+    "err_type"}`, managers/schedule_batch.py FINISH_ABORT): the server's message with its status and type."""
+    details = ", ".join(f"{key} {reason[key]}" for key in ("status_code", "err_type") if reason.get(key) is not None)
+    return f"aborted by the server: {reason.get('message') or 'Aborted'}" + (f" ({details})" if details else "")
+
+
+def _fill_from_meta(record: RequestRecord, meta: dict) -> None:
+    record.prompt_tokens = meta.get("prompt_tokens")
+    record.cached_tokens = meta.get("cached_tokens")
+    record.completion_tokens = meta.get("completion_tokens")
+    reason = meta.get("finish_reason")
+    record.finish_reason = reason.get("type") if isinstance(reason, dict) else reason
+    if record.finish_reason == "abort":
+        record.error = record.error or abort_message(reason if isinstance(reason, dict) else {})
+    verify = meta.get("spec_verify_ct")
+    if verify is not None:
+        record.spec_verify_ct = int(verify)
+        if verify and record.completion_tokens:
+            record.acceptance_length = record.completion_tokens / verify
 
 
 # --------------------------------------------------------------------------- figures
 def cell_figures(records: list[RequestRecord]) -> dict:
-    """Figures of one cell from its measured (non-warmup) requests, per docs/results-schema.md."""
-    measured = [r for r in records if not r.warmup]
-    done = [r for r in measured if r.ok]
-    starts = [r.start_ts for r in measured if r.start_ts is not None]
-    ends = [r.end_ts for r in measured if r.end_ts is not None]
-    wall = (max(ends) - min(starts)) if starts and ends else None
-    tokens = sum(r.completion_tokens or 0 for r in done)
-    decode = [(r.completion_tokens - 1) / r.decode_s for r in done
-              if r.completion_tokens and r.completion_tokens > 1 and r.decode_s]
-    tpot = [r.decode_s / (r.completion_tokens - 1) for r in done
-            if r.completion_tokens and r.completion_tokens > 1 and r.decode_s is not None]
-    verify = [r for r in done if r.spec_verify_ct]
+    """Figures of one cell from its measured (non-warmup) requests, per docs/results-schema.md (ddsweep.figures)."""
+    measured = [vars(r) for r in records if not r.warmup]
+    done = [r for r in measured if not figures.failed(r)]
+    wall = figures.wall_s(measured)
+    samples = figures.cell_samples(measured)
+    decode = samples.decode_tok_s
+    fingerprints = [r["prompt_fingerprint"] for r in measured if r.get("prompt_fingerprint")]
     return {
         "requests": len(measured), "completed": len(done), "failed": len(measured) - len(done),
-        "wall_s": wall, "output_tokens": tokens,
-        "output_throughput_tok_s": tokens / wall if wall else None,
-        "decode_tok_s": {"median": metrics.median(decode) if decode else None,
-                         "p10": metrics.percentile(decode, 10) if decode else None,
-                         "p90": metrics.percentile(decode, 90) if decode else None},
-        "ttft_s": metrics.percentiles([r.ttft_s for r in done if r.ttft_s is not None]),
-        "tpot_s": metrics.percentiles(tpot),
-        "itl_s": metrics.percentiles([g for r in done for g in r.itl_s]),
-        "e2e_s": metrics.percentiles([r.e2e_s for r in done if r.e2e_s is not None]),
-        "acceptance_length": (sum(r.completion_tokens or 0 for r in verify) / sum(r.spec_verify_ct or 0
-                                                                                    for r in verify))
-        if verify else None,
-        "prompt_tokens_mean": (sum(r.prompt_tokens or 0 for r in done) / len(done)) if done else None,
-        "output_tokens_per_request": _lengths([r.completion_tokens for r in done if r.completion_tokens is not None]),
-        "finish_reasons": dict(Counter(str(r.finish_reason) for r in done)),
-        "at_concurrency_fraction": _at_concurrency_fraction(measured),
-        "steady_state": steady_state_figures(measured),
+        "failure_fraction": (len(measured) - len(done)) / len(measured) if measured else None,
+        "errors": dict(Counter(_error_kind(r["error"]) for r in measured if figures.failed(r))),
+        "wall_s": wall, "output_tokens": sum(r["completion_tokens"] or 0 for r in done),
+        "output_throughput_tok_s": figures.whole_output_throughput(measured),
+        "decode_tok_s": {"median": figures.median(decode) if decode else None,
+                         "p10": figures.percentile(decode, 10) if decode else None,
+                         "p90": figures.percentile(decode, 90) if decode else None},
+        "ttft_s": figures.percentiles(samples.ttft_s),
+        "tpot_s": figures.percentiles(samples.tpot_s),
+        "chunk_gap_s": figures.percentiles(samples.chunk_gaps_s),
+        "token_gap_s": figures.percentiles(samples.token_gaps_s),
+        "e2e_s": figures.percentiles(samples.e2e_s),
+        "acceptance_length": figures.acceptance_length(measured),
+        "prompt_tokens_mean": (sum(r["prompt_tokens"] or 0 for r in done) / len(done)) if done else None,
+        "cached_share": figures.cached_share(measured),
+        "distinct_prompts": len(set(fingerprints)) if fingerprints else None,
+        "output_tokens_per_request": _lengths([r["completion_tokens"] for r in done
+                                               if r["completion_tokens"] is not None]),
+        "finish_reasons": dict(Counter(str(r["finish_reason"]) for r in done)),
+        "at_concurrency_fraction": figures.at_concurrency_fraction(measured) if measured else None,
+        "steady_state": figures.steady_state(measured),
     }
+
+
+def cache_check(records: list[RequestRecord], prompts: list[list[int]]) -> dict:
+    """What the prefix cache served beyond what the workload means to share: the token prefix all of a cell's
+    prompts have in common (chat template, instruction) and how many requests the server reported more cached
+    tokens for (a repeated prompt, or prompts sharing more than that), and how many prompts repeat another."""
+    common = len(os.path.commonprefix(prompts)) if prompts else 0
+    measured = [r for r in records if not r.warmup]
+    return {"common_prefix_tokens": common,
+            "cached_beyond_common_prefix": sum(1 for r in measured if (r.cached_tokens or 0) > common),
+            "repeated_prompts": len(measured) - len({r.prompt_fingerprint for r in measured})}
+
+
+def _error_kind(error: str) -> str:
+    """A failed request's error without its details, to count failures of one kind together."""
+    return error.split(":", 1)[0] if not error.startswith("aborted by the server") else "aborted by the server"
 
 
 def _lengths(values: list[int]) -> dict:
     """Mean, min, median and max of per-request output lengths (they differ when requests stop naturally)."""
     if not values:
         return {"mean": None, "min": None, "p50": None, "max": None}
-    return {"mean": sum(values) / len(values), "min": min(values), "p50": metrics.median(values),
+    return {"mean": sum(values) / len(values), "min": min(values), "p50": figures.median(values),
             "max": max(values)}
-
-
-def _in_flight_steps(records: list[RequestRecord]) -> list[tuple[float, int]]:
-    """(time, requests in flight from then on) after every send and every completion, in time order."""
-    events = sorted([(r.start_ts, 1) for r in records if r.start_ts is not None and r.end_ts is not None] +
-                    [(r.end_ts, -1) for r in records if r.start_ts is not None and r.end_ts is not None])
-    steps, level = [], 0
-    for ts, delta in events:
-        level += delta
-        steps.append((ts, level))
-    return steps
-
-
-def _at_concurrency_fraction(records: list[RequestRecord]) -> float | None:
-    """Fraction of the cell's wall time with the full concurrency C in flight."""
-    if not records:
-        return None
-    conc, steps = records[0].concurrency, _in_flight_steps(records)
-    if len(steps) < 2 or steps[-1][0] <= steps[0][0]:
-        return None
-    full = sum(b[0] - a[0] for a, b in zip(steps, steps[1:], strict=False) if a[1] >= conc)
-    return full / (steps[-1][0] - steps[0][0])
-
-
-def steady_state_window(records: list[RequestRecord]) -> tuple[float, float] | None:
-    """(start, end) wall times of the steady state: from when C requests are first in flight until the first of
-    the last C completions; None when the cell never reaches C in flight or has no such window."""
-    if not records:
-        return None
-    conc = records[0].concurrency
-    steps = _in_flight_steps(records)
-    start = next((ts for ts, level in steps if level >= conc), None)
-    ends = sorted(r.end_ts for r in records if r.start_ts is not None and r.end_ts is not None)
-    if start is None or len(ends) < conc:
-        return None
-    end = ends[len(ends) - conc]
-    return (start, end) if end > start else None
-
-
-def _token_times(record: RequestRecord) -> list[float]:
-    """Wall arrival time of each output token, from the send time, TTFT and the per-token gaps."""
-    if record.start_ts is None or record.ttft_s is None:
-        return []
-    times = [record.start_ts + record.ttft_s]
-    for gap in record.itl_s:
-        times.append(times[-1] + gap)
-    return times
-
-
-def steady_state_figures(records: list[RequestRecord]) -> dict:
-    """Figures over the steady-state window only (see `steady_state_window`); all None without a window."""
-    window = steady_state_window(records)
-    if window is None:
-        return {"start_ts": None, "end_ts": None, "duration_s": None, "output_tokens": None,
-                "output_throughput_tok_s": None, "completed": None, "requests_per_s": None,
-                "ttft_s": metrics.percentiles([]), "tpot_s": metrics.percentiles([]), "in_flight_mean": None}
-    start, end = window
-    done = [r for r in records if r.ok]
-    tokens = sum(1 for r in done for t in _token_times(r) if start <= t <= end)
-    completed = sum(1 for r in done if r.end_ts is not None and start < r.end_ts <= end)
-    inside = [r for r in done if r.start_ts is not None and r.end_ts is not None and start <= r.start_ts
-              and r.end_ts <= end]
-    steps = _in_flight_steps(records)
-    area = 0.0
-    for (t0, level), (t1, _) in zip(steps, steps[1:], strict=False):
-        lo, hi = max(t0, start), min(t1, end)
-        if hi > lo:
-            area += level * (hi - lo)
-    duration = end - start
-    return {
-        "start_ts": start, "end_ts": end, "duration_s": duration, "output_tokens": tokens,
-        "output_throughput_tok_s": tokens / duration, "completed": completed, "requests_per_s": completed / duration,
-        "ttft_s": metrics.percentiles([r.ttft_s for r in inside if r.ttft_s is not None]),
-        "tpot_s": metrics.percentiles([r.decode_s / (r.completion_tokens - 1) for r in inside
-                                       if r.completion_tokens and r.completion_tokens > 1 and r.decode_s]),
-        "in_flight_mean": area / duration,
-    }
 
 
 def group_figures(cells: list[dict]) -> list[dict]:
@@ -248,4 +199,3 @@ def group_figures(cells: list[dict]) -> list[dict]:
                 [c["steady_state"]["output_throughput_tok_s"] for c in members]),
         })
     return groups
-

@@ -43,46 +43,55 @@ def chunk_tokens(data: bytes) -> int | None:
     return tokens if type(tokens) is int else None
 
 
+def stream_error(data: bytes) -> str | None:
+    """The message of an error event SGLang streams in place of a chunk (`{"error": {"message": ...}}`, sent when
+    a streamed request is refused, e.g. a prompt past the context length) or of an error answer's body (also
+    `{"detail": ...}`), else None."""
+    try:
+        doc = json.loads(data)
+        error = doc.get("error") or doc.get("detail")  # FastAPI's HTTPException answers {"detail": ...}
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(error, dict):
+        return str(error.get("message") or error)
+    return str(error) if error else None
+
+
 class _StreamState:
     """Progress of one streamed request, fed with every SSE data payload and the time its bytes arrived."""
 
-    __slots__ = ("t0", "first", "last", "end", "tokens", "itl", "done", "error", "final")
+    __slots__ = ("t0", "end", "tokens", "chunks", "done", "error", "final")
 
-    def __init__(self, itl: list[float]) -> None:
-        """Start empty; inter-token gaps are appended to `itl`."""
+    def __init__(self, chunks: list[list[float]]) -> None:
+        """Start empty; every chunk is appended to `chunks` as [seconds since sent, cumulative tokens]."""
         self.t0: float | None = None
-        self.first: float | None = None
-        self.last = 0.0
         self.end: float | None = None
         self.tokens = 0
-        self.itl = itl
+        self.chunks = chunks
         self.done = False
         self.error: str | None = None
         self.final = b""
 
     def sent(self, now: float) -> None:
         """Record when the request was handed to the socket (perf_counter seconds)."""
-        self.t0 = self.last = now
+        self.t0 = now
 
     def feed(self, data: bytes, now: float) -> bool:
-        """Account one payload that arrived at `now`; False once the stream is over ([DONE] or malformed)."""
+        """Account one payload that arrived at `now`; False once the stream is over ([DONE], an error event or a
+        malformed payload)."""
         if data == b"[DONE]":
             self.done, self.end = True, now
             return False
         tokens = chunk_tokens(data)
         if tokens is None:
-            self.error = f"malformed stream chunk: {data[:80].decode('utf-8', 'replace')!r}"
+            message = stream_error(data)
+            self.error = (f"server error in stream: {message}" if message is not None else
+                          f"malformed stream chunk: {data[:80].decode('utf-8', 'replace')!r}")
             self.end = now
             return False
         self.final = data
-        new = tokens - self.tokens
-        if new > 0:
-            if self.first is None:
-                self.first = now
-            else:
-                self.itl.extend([(now - self.last) / new] * new)
-            self.last = now
-            self.tokens = tokens
+        self.chunks.append([now - (self.t0 if self.t0 is not None else now), tokens])
+        self.tokens = tokens
         return True
 
 
@@ -243,7 +252,9 @@ class _HttpError(Exception):
 
 
 def _http_error(status: int, body: bytes) -> _HttpError:
-    return _HttpError(f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}")
+    """The error of a non-200 answer, with the server's message where its body is SGLang's error object."""
+    message = stream_error(body) if body.startswith(b"{") else None
+    return _HttpError(f"HTTP {status}: {message if message is not None else body[:200].decode('utf-8', 'replace')}")
 
 
 class _StaleConnection(ConnectionResetError):
@@ -284,7 +295,7 @@ class _RawConnection(asyncio.Protocol):
         assert self._parser is not None and self._sse is not None
         if self._parser.status == 200:
             self._sse.feed(data, now)
-        elif len(self._error_body) < 200:
+        elif len(self._error_body) < 4096:
             self._error_body += data
 
     def data_received(self, data: bytes) -> None:

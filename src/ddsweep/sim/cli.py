@@ -27,6 +27,7 @@ from ddsweep.sim.server import FAULT_KINDS, Fault, SimSettings, log, run
 
 DEFAULT_BUDGET = 16
 DEFAULT_TOPK = 8
+SPEC_MAX_RUNNING = 48  # SGLang's max_running_requests for DFLASH when unset (arg_groups/speculative_hook.py)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -78,6 +79,8 @@ def add_lenient_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speculative-ddtree-budget", type=int, default=None)
     parser.add_argument("--speculative-draft-window-size", type=int, default=None)
     parser.add_argument("--disable-overlap-schedule", action="store_true")  # DDTree's scheduling, for DFLASH too
+    parser.add_argument("--max-running-requests", type=int, default=None)
+    parser.add_argument("--context-length", type=int, default=None)
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,6 +108,8 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
                           "per launch (the variation a fresh server start brings on real hardware)")
     sim.add_argument("--sim-launch-seed", type=int, default=None,
                      help="seed of the launch's draw (default: a fresh random seed per launch, logged)")
+    sim.add_argument("--sim-prompt-log", default=None, metavar="PATH",
+                     help="append every /generate prompt as the model received it to this JSONL file (tests)")
     sim.add_argument("--sim-fault", action="append", default=[], metavar="KIND[:ARG]",
                      help=f"inject a fault (repeatable): {', '.join(FAULT_KINDS)}")
     sim.add_argument("--sim-state-dir", default=None, metavar="DIR",
@@ -159,7 +164,7 @@ def resolve_args(args: argparse.Namespace, unknown: dict[str, Any]) -> dict[str,
 
     `_handle_dflash` (arg_groups/speculative_hook.py) sets `speculative_num_draft_tokens` from
     `--speculative-dflash-block-size` and rejects the two when they differ, or a draft window below the block
-    size; `served_model_name` defaults to the model path."""
+    size, and sets `max_running_requests` to 48 when unset; `served_model_name` defaults to the model path."""
     resolved = {k: v for k, v in vars(args).items() if not k.startswith("sim_")}
     for key, value in unknown.items():
         resolved.setdefault(key, value)
@@ -173,6 +178,10 @@ def resolve_args(args: argparse.Namespace, unknown: dict[str, Any]) -> dict[str,
                              f"they differ. speculative_num_draft_tokens={tokens}, "
                              f"speculative_dflash_block_size={block}.")
         resolved["speculative_num_draft_tokens"] = block if block is not None else tokens
+        if resolved.get("max_running_requests") is None:
+            log("Max running requests is reset to 48 for speculative decoding. You can override this by "
+                "explicitly setting --max-running-requests. [simulated]")
+            resolved["max_running_requests"] = SPEC_MAX_RUNNING
     return resolved
 
 
@@ -215,7 +224,7 @@ def build_settings(args: argparse.Namespace, unknown: dict[str, Any], env: dict[
     return SimSettings(host=resolved["host"], port=resolved["port"], model_path=resolved["model_path"],
                        served_model_name=resolved["served_model_name"], knobs=knobs, params=params,
                        seed=args.sim_seed, startup_delay_s=args.sim_startup_delay, faults=faults,
-                       server_args=resolved, strict=strict)
+                       server_args=resolved, strict=strict, prompt_log=args.sim_prompt_log)
 
 
 def launch_factor(cv: float, seed: int | None) -> float:

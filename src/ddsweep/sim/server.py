@@ -25,6 +25,7 @@ from typing import Any
 
 from ddsweep import __version__
 from ddsweep.sim import tokenizer
+from ddsweep.sim.cache import PrefixCache
 from ddsweep.sim.contract import Contract, check_request
 from ddsweep.sim.contract import server_info as build_info
 from ddsweep.sim.http import Connection, HttpRequest
@@ -46,7 +47,11 @@ EOS_TOKEN_ID = 151645
 CONTEXT_LENGTH = 262144
 FAULT_KINDS = ("exit-during-startup", "never-healthy", "crash-after", "hang", "error-rate", "malformed-rate",
                "cut-stream-rate", "ignore-sigterm", "slow-shutdown", "spawn-child", "ignore-knob", "lossy",
-               "refuse-flags", "never-healthy-first")
+               "refuse-flags", "never-healthy-first", "abort-every")
+# SGLang 0.5.23's message when it aborts a decoding request it cannot keep (managers/schedule_batch.py).
+ABORT_MESSAGE = "Retracted under decode memory pressure without a KV backup. Retry later."
+ABORT_STATUS = 503
+AR_MAX_RUNNING = 4096  # the stand-in's stand-in for a memory-derived limit
 LOG_EVERY_STEPS = 40
 # The meta_info keys SGLang 0.5.23 copies into an OpenAI response's sglext.spec_tokens_details.
 SPEC_DETAIL_KEYS = ("spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",
@@ -79,6 +84,7 @@ class SimSettings:
     strict: bool = False
     contract: Contract = field(default_factory=lambda: Contract(False, "built without a contract"))
     launch_command: str = ""
+    prompt_log: str | None = None
 
     def fault(self, kind: str) -> Fault | None:
         """The first fault of `kind`, if injected."""
@@ -108,7 +114,9 @@ class GenRequest:
     text_json: bytes = b""
     cancelled: bool = False
     cut_at: int | None = None
+    abort_at: int | None = None
     malformed_at: int | None = None
+    cached_tokens: int = 0
     steps: int = 0
 
     @property
@@ -157,6 +165,9 @@ class SimServer:
         self._stop: asyncio.Future | None = None
         self._exit_code = 0
         self._coding = _load_simulated_answer()
+        self._cache = PrefixCache()
+        configured = settings.server_args.get("max_running_requests")
+        self.max_running = int(configured) if configured else AR_MAX_RUNNING
 
     # ----------------------------------------------------------------- lifecycle
     async def serve(self) -> int:
@@ -223,9 +234,10 @@ class SimServer:
                 self.wake.clear()
                 await self.wake.wait()
                 target = loop.time()
-            new = [r for r in self.waiting if not r.cancelled]
-            self.waiting = []
             batch = [r for r in self.running if not r.cancelled]
+            pending = [r for r in self.waiting if not r.cancelled]
+            room = max(0, self.max_running - len(batch))
+            new, self.waiting = pending[:room], pending[room:]
             dt = step_time_s(params, knobs, len(batch))
             if new:
                 dt += sum(prefill_time_s(params, r.prompt_tokens) for r in new)
@@ -346,6 +358,7 @@ class SimServer:
         """The /server_info document in SGLang 0.5.23's layout: resolved arguments at the top level."""
         internal = [{"avg_spec_accept_length": self.avg_accept_length(), "last_gen_throughput": 0.0}]
         scheduler = {"max_total_num_tokens": CONTEXT_LENGTH, "max_req_input_len": CONTEXT_LENGTH - 1}
+        internal[0]["effective_max_running_requests_per_dp"] = self.max_running
         return build_info(self.s.contract, self.s.server_args, self.s.launch_command, scheduler,
                           {"startup_time": self.boot_wall, "internal_states": internal,
                            "version": f"sim-{__version__}", "frontend": "python", "simulated": True,
@@ -428,7 +441,8 @@ class SimServer:
                                     eos_at)
         return GenRequest(rid=uuid.uuid4().hex, prompt=prompt, prompt_tokens=max(1, tokenizer.count(prompt)),
                           pieces=pieces, finish_type=finish, max_new_tokens=max_new, sampler=sampler,
-                          on_step=lambda r, t: None, on_done=lambda r: None, record=record)
+                          on_step=lambda r, t: None, on_done=lambda r: None, record=record,
+                          cached_tokens=self._cache.lookup(prompt) if record else 0)
 
     def _admit_generate(self, conn: Connection) -> tuple[bool, bool, bool]:
         """Apply request-level faults; returns (handled, malformed, cut)."""
@@ -451,7 +465,7 @@ class SimServer:
 
     def _meta(self, req: GenRequest) -> dict:
         meta: dict[str, Any] = {"id": req.rid, "prompt_tokens": req.prompt_tokens,
-                                "completion_tokens": req.completion_tokens, "cached_tokens": 0,
+                                "completion_tokens": req.completion_tokens, "cached_tokens": req.cached_tokens,
                                 "finish_reason": req.finish_reason(),
                                 "e2e_latency": (req.last_token_ts or req.arrival_ts) - req.arrival_ts}
         if self.spec:
@@ -482,10 +496,19 @@ class SimServer:
             return
         prompts = text if isinstance(text, list) else [text]
         gens = [self._new_request(str(p), max_new, ignore_eos) for p in prompts]
+        self._log_prompts(prompts)
+        if self._refuse_long(conn, gens, stream):
+            return
+        every = self.s.fault("abort-every")
+        aborted = bool(every and self.generate_count % max(1, int(every.arg or 1)) == 0)
+        if aborted and not stream:  # SGLang raises an HTTPException for a non-streamed abort
+            conn.respond_json(ABORT_STATUS, {"detail": ABORT_MESSAGE})
+            return
         conn.on_close = lambda: [setattr(g, "cancelled", True) for g in gens]
         if stream:
             gen = gens[0]
             gen.cut_at = max(1, len(gen.pieces) // 2) if cut else None
+            gen.abort_at = max(1, len(gen.pieces) // 2) if aborted else None
             gen.malformed_at = max(1, len(gen.pieces) // 2) if malformed else None
             conn.start_stream()
             gen.on_step = lambda r, t: self._native_chunk(conn, r, t)
@@ -510,9 +533,38 @@ class SimServer:
         for g in gens:
             self._submit(g)
 
+    def _log_prompts(self, prompts: list) -> None:
+        """Append what the model received to the prompt log (--sim-prompt-log), for tests that audit prompts."""
+        if self.s.prompt_log:
+            with open(self.s.prompt_log, "a", encoding="utf-8") as handle:
+                handle.write("".join(json.dumps({"text": str(p)}) + "\n" for p in prompts))
+
+    def _refuse_long(self, conn: Connection, gens: list[GenRequest], stream: bool) -> bool:
+        """Refuse a prompt as long as the context (--context-length) with SGLang's message: an error event in a
+        stream, HTTP 400 otherwise."""
+        limit = int(self.s.server_args.get("context_length") or CONTEXT_LENGTH)
+        long = next((g for g in gens if g.prompt_tokens >= limit), None)
+        if long is None:
+            return False
+        message = f"The input ({long.prompt_tokens} tokens) is longer than the model's context length ({limit} tokens)."
+        if not stream:
+            conn.respond_json(400, {"error": {"message": message}})
+            return True
+        conn.start_stream()
+        error = {"error": {"message": message, "type": "invalid_request_error", "code": 400, "retryable": False}}
+        conn.end_stream(b"data: " + json.dumps(error).encode() + b"\n\ndata: [DONE]\n\n")
+        return True
+
     def _native_chunk(self, conn: Connection, req: GenRequest, new_text: str) -> None:
         """Stream one native chunk; the text is JSON-escaped once per step and appended, not re-encoded whole."""
         req.text_json += encode_basestring_ascii(new_text).encode()[1:-1]
+        if req.abort_at is not None and req.completion_tokens >= req.abort_at:
+            req.cancelled = True
+            meta = {**self._meta(req), "finish_reason": {"type": "abort", "message": ABORT_MESSAGE,
+                                                         "status_code": ABORT_STATUS, "err_type": None}}
+            conn.end_stream(b'data: {"text": "' + req.text_json + b'", "meta_info": ' + json.dumps(meta).encode() +
+                            b', "index": 0, "simulated": true}\n\ndata: [DONE]\n\n')
+            return
         if req.cut_at is not None and req.completion_tokens >= req.cut_at:
             req.cancelled = True
             conn.abort()

@@ -1,0 +1,72 @@
+"""The text benchmark prompts are grown with, and the offsets a prompt's padding may start at.
+
+Coding prompts are grown with Python source that ships with the interpreter (the standard library's top-level
+modules, in name order), never with benchmark solutions: a block of code (the text between two blank lines) that
+contains any excluded text verbatim, or that appeared before, is left out, so the padding holds no answer and no
+text twice. A prompt's padding is one window of this text, never wrapped around its end.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import re
+import sysconfig
+from collections.abc import Sequence
+from pathlib import Path
+
+BLOCK_SEPARATOR = "\n\n\n"
+_TOP_LEVEL_LINE = re.compile(r"^(?=[A-Za-z_@#])", re.MULTILINE)
+_SENTENCE_START = re.compile(r"(?<=[.!?\n])[ \n]+(?=[A-Z])")
+
+
+def stdlib_sources() -> list[Path]:
+    """The standard library's top-level modules (the running interpreter's), in name order."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return sorted(p for p in root.glob("*.py") if p.is_file())
+
+
+@functools.lru_cache(maxsize=4)
+def code_padding(exclude: tuple[str, ...]) -> str:
+    """Standard-library source without any block that contains one of `exclude` (stripped, non-empty texts) or that
+    appeared before; blocks are joined by two blank lines."""
+    seen: set[str] = set()
+    blocks: list[str] = []
+    for path in stdlib_sources():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for block in text.split(BLOCK_SEPARATOR):
+            block = block.strip("\n")
+            if block.strip() and block not in seen:
+                seen.add(block)
+                blocks.append(block)
+    needles = sorted({e.strip() for e in exclude if e.strip()})
+    while True:
+        joined = BLOCK_SEPARATOR.join(blocks)
+        drop = _blocks_containing(joined, blocks, needles)
+        if not drop:
+            return joined
+        blocks = [b for i, b in enumerate(blocks) if i not in drop]
+
+
+def _blocks_containing(joined: str, blocks: Sequence[str], needles: Sequence[str]) -> set[int]:
+    """Indices of the blocks of `joined` (blocks joined by BLOCK_SEPARATOR) where any needle occurs (a needle
+    across a block boundary marks the blocks it starts and ends in)."""
+    starts, pos = [], 0
+    for block in blocks:
+        starts.append(pos)
+        pos += len(block) + len(BLOCK_SEPARATOR)
+    drop: set[int] = set()
+    for needle in needles:
+        at = joined.find(needle)
+        while at >= 0:
+            drop.add(bisect.bisect_right(starts, at) - 1)
+            drop.add(bisect.bisect_right(starts, at + len(needle) - 1) - 1)
+            at = joined.find(needle, at + 1)
+    return drop
+
+
+def start_offsets(text: str, kind: str) -> list[int]:
+    """Where a padding window may start: top-level statements for code, sentence beginnings for prose."""
+    if kind == "coding":
+        return [m.start() for m in _TOP_LEVEL_LINE.finditer(text)]
+    return [0] + [m.end() for m in _SENTENCE_START.finditer(text)]

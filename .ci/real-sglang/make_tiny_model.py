@@ -70,8 +70,9 @@ def write_model(out: Path, seed: int, vocab_size: int, hidden: int, layers: int,
     summary = {"architecture": "LlamaForCausalLM", "seed": seed, "vocab_size": len(tokenizer), "hidden_size": hidden,
                "num_hidden_layers": layers, "max_position_embeddings": CONTEXT,
                "parameters": sum(p.numel() for p in model.parameters()),
-               "tokenizer": f"byte-level BPE trained on {corpus_bytes} bytes of Python {sysconfig.get_python_version()}'s "
-                            "standard library", "weights": "random (the model's output is noise)"}
+               "tokenizer": f"byte-level BPE trained on {corpus_bytes} bytes of Python "
+                            f"{sysconfig.get_python_version()}'s standard library",
+               "weights": "random (the model's output is noise)"}
     (out / "ddsweep-tiny-model.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 

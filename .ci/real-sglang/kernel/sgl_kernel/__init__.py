@@ -32,12 +32,13 @@ def assign_req_to_token_pool_cpu(
     `req_to_token[req_pool_indices[i], start_offset[i]:end_offset[i]]`.
     """
     if req_to_token.shape[1] != pool_len:
-        raise ValueError(f"assign_req_to_token_pool_cpu: pool_len {pool_len} != req_to_token width {req_to_token.shape[1]}")
+        raise ValueError(f"assign_req_to_token_pool_cpu: pool_len {pool_len} != req_to_token width "
+                         f"{req_to_token.shape[1]}")
     rows = req_pool_indices.tolist()
     starts = start_offset.tolist()
     ends = end_offset.tolist()
     packed = 0
-    for row, start, end in zip(rows, starts, ends):
+    for row, start, end in zip(rows, starts, ends, strict=True):
         length = end - start
         if length <= 0:
             continue
@@ -62,8 +63,17 @@ def _message(name: str) -> str:
 
 
 # Imported at module load by SGLang 0.5.23's CPU path (a missing name would fail the import); none is called
-# by plain decoding. copy_all_layer_kv_cache_cpu: sglang/kernels/ops/kvcache/cache_move.py, speculative KV copies.
-IMPORTED_ONLY = frozenset({"assign_draft_cache_locs_contiguous_cpu", "assign_extend_cache_locs_cpu", "build_tree_kernel_efficient_cpu", "copy_all_layer_kv_cache_cpu", "fill_accept_out_cache_loc_cpu", "fill_bonus_tokens_cpu", "verify_tree_greedy_cpu"})
+# by plain decoding: the KV copy of speculative warm-up (kernels/ops/kvcache/cache_move.py) and the speculative
+# tree, cache-location and accept kernels (kernels/ops/speculative/).
+IMPORTED_ONLY = frozenset({
+    "assign_draft_cache_locs_contiguous_cpu",
+    "assign_extend_cache_locs_cpu",
+    "build_tree_kernel_efficient_cpu",
+    "copy_all_layer_kv_cache_cpu",
+    "fill_accept_out_cache_loc_cpu",
+    "fill_bonus_tokens_cpu",
+    "verify_tree_greedy_cpu",
+})
 
 
 def __getattr__(name: str):

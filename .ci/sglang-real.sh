@@ -28,7 +28,7 @@ manifest="$(cd "$venv" && pwd)/ddsweep-real-sglang.json"
 # What SGLang 0.5.23 imports to serve a Llama model on CPU, found by starting the server; pins from its METADATA.
 packages=(
     numpy orjson psutil pybase64 requests packaging pillow starlette msgspec pydantic pyzmq tqdm ipython aiohttp
-    huggingface-hub safetensors dill gguf einops interegular partial_json_parser prometheus-client python-multipart
+    huggingface-hub safetensors jsonschema pyyaml dill gguf einops interegular partial_json_parser prometheus-client python-multipart
     setproctitle uvloop fastapi "uvicorn>=0.51" "python-dateutil<3" "transformers==5.19.0" "tokenizers==0.23.2"
     "openai==2.8.0" "apache-tvm-ffi==0.1.11" "sentencepiece==0.2.1" "compressed-tensors==0.18.0" "xgrammar==0.2.7"
     "soundfile==0.13.1"

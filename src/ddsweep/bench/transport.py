@@ -43,6 +43,19 @@ def chunk_tokens(data: bytes) -> int | None:
     return tokens if type(tokens) is int else None
 
 
+def stream_error(data: bytes) -> str | None:
+    """SGLang's message when a streamed request fails after HTTP 200 (e.g. a prompt longer than the context):
+    the stream sends `data: {"error": {"message": ...}}` and then `[DONE]` (http_server.py, stream_results)."""
+    if not data.startswith(b'{"error"'):
+        return None
+    try:
+        error = json.loads(data)["error"]
+        message = error["message"] if isinstance(error, dict) else str(error)
+    except (ValueError, KeyError, TypeError):
+        return None
+    return f"server error in stream: {message}"
+
+
 class _StreamState:
     """Progress of one streamed request, fed with every SSE data payload and the time its bytes arrived."""
 
@@ -71,7 +84,7 @@ class _StreamState:
             return False
         tokens = chunk_tokens(data)
         if tokens is None:
-            self.error = f"malformed stream chunk: {data[:80].decode('utf-8', 'replace')!r}"
+            self.error = stream_error(data) or f"malformed stream chunk: {data[:80].decode('utf-8', 'replace')!r}"
             self.end = now
             return False
         self.final = data

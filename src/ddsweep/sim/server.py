@@ -25,7 +25,7 @@ from typing import Any
 
 from ddsweep import __version__
 from ddsweep.sim import tokenizer
-from ddsweep.sim.contract import Contract, check_request
+from ddsweep.sim.contract import Contract, check_request, context_refusal
 from ddsweep.sim.contract import server_info as build_info
 from ddsweep.sim.http import Connection, HttpRequest
 from ddsweep.sim.model import (
@@ -281,6 +281,23 @@ class SimServer:
         assert self.wake is not None
         self.wake.set()
 
+    @property
+    def context_length(self) -> int:
+        """The model's context length: --context-length when given (SGLang's flag), else the stand-in's."""
+        return int(self.s.server_args.get("context_length") or CONTEXT_LENGTH)
+
+    def _refused_too_long(self, conn: Connection, prompt_tokens: int, stream: bool, openai: bool) -> bool:
+        """Answer as SGLang does when a prompt does not fit the context; True when it was refused."""
+        answer = context_refusal(prompt_tokens, self.context_length, stream, openai)
+        if answer is None:
+            return False
+        if stream and not openai:
+            conn.start_stream()
+            conn.end_stream(b"data: " + json.dumps(answer[1]).encode() + b"\n\ndata: [DONE]\n\n")
+        else:
+            conn.respond_json(*answer)
+        return True
+
     def avg_accept_length(self) -> float:
         """Cumulative accepted tokens per verify step since boot (1.0 when not speculative)."""
         return self.total_tokens / self.total_verify if self.total_verify else 1.0
@@ -344,7 +361,7 @@ class SimServer:
     def server_info(self) -> dict:
         """The /server_info document in SGLang 0.5.23's layout: resolved arguments at the top level."""
         internal = [{"avg_spec_accept_length": self.avg_accept_length(), "last_gen_throughput": 0.0}]
-        scheduler = {"max_total_num_tokens": CONTEXT_LENGTH, "max_req_input_len": CONTEXT_LENGTH - 1}
+        scheduler = {"max_total_num_tokens": CONTEXT_LENGTH, "max_req_input_len": self.context_length - 1}
         return build_info(self.s.contract, self.s.server_args, self.s.launch_command, scheduler,
                           {"startup_time": self.boot_wall, "internal_states": internal,
                            "version": f"sim-{__version__}", "frontend": "python", "simulated": True,
@@ -359,7 +376,7 @@ class SimServer:
     def _models(self, conn: Connection, req: HttpRequest) -> None:
         conn.respond_json(200, {"object": "list", "simulated": True, "data": [
             {"id": self.s.served_model_name, "object": "model", "created": 0, "owned_by": "sglang",
-             "root": self.s.model_path, "max_model_len": CONTEXT_LENGTH}]})
+             "root": self.s.model_path, "max_model_len": self.context_length}]})
 
     def _tokenize(self, conn: Connection, req: HttpRequest) -> None:
         """SGLang's /tokenize: `prompt` (string or list) or chat `messages`; answers tokens, count, max_model_len."""
@@ -370,16 +387,17 @@ class SimServer:
             rendered = render_chat(body["messages"])
             ids = tokenizer.token_ids(rendered)
             self._remember(ids, rendered)
-            conn.respond_json(200, {"tokens": ids, "count": len(ids), "max_model_len": CONTEXT_LENGTH})
+            conn.respond_json(200, {"tokens": ids, "count": len(ids), "max_model_len": self.context_length})
             return
         text = body.get("prompt", body.get("text", "")) if not self.s.strict else body["prompt"]
         if isinstance(text, list):
             ids = [tokenizer.token_ids(str(t)) for t in text]
-            conn.respond_json(200, {"tokens": ids, "count": [len(i) for i in ids], "max_model_len": CONTEXT_LENGTH})
+            conn.respond_json(200, {"tokens": ids, "count": [len(i) for i in ids],
+                                    "max_model_len": self.context_length})
             return
         ids = tokenizer.token_ids(str(text))
         self._remember(ids, str(text))
-        conn.respond_json(200, {"tokens": ids, "count": len(ids), "max_model_len": CONTEXT_LENGTH})
+        conn.respond_json(200, {"tokens": ids, "count": len(ids), "max_model_len": self.context_length})
 
     def _remember(self, ids: list[int], text: str) -> None:
         """Keep the text behind token ids (the stand-in's ids cannot be decoded), oldest forgotten first."""
@@ -481,6 +499,8 @@ class SimServer:
             return
         prompts = text if isinstance(text, list) else [text]
         gens = [self._new_request(str(p), max_new, ignore_eos) for p in prompts]
+        if self._refused_too_long(conn, max(g.prompt_tokens for g in gens), stream, openai=False):
+            return
         conn.on_close = lambda: [setattr(g, "cancelled", True) for g in gens]
         if stream:
             gen = gens[0]
@@ -542,6 +562,8 @@ class SimServer:
         if handled:
             return
         gen = self._new_request(prompt, max_new, ignore_eos, answer)
+        if self._refused_too_long(conn, gen.prompt_tokens, stream, openai=True):
+            return
         conn.on_close = lambda: setattr(gen, "cancelled", True)
         cid = ("chatcmpl-" if chat else "cmpl-") + gen.rid
         obj = "chat.completion" if chat else "text_completion"

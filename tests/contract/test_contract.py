@@ -18,7 +18,7 @@ from ddsweep.sim import contract
 
 CONTRACT = contract.load("auto")
 pytestmark = pytest.mark.skipif(not CONTRACT.strict, reason=f"SGLang's contract does not load here: "
-                                f"{CONTRACT.reason} (CI installs it: .ci/sglang-cpu.sh)")
+                                f"{CONTRACT.reason} (CI installs it: .ci/sglang-real.sh)")
 # The demo's analysis regimes name contexts 128, 2048 and concurrency 1, 8: the smallest matrix they accept.
 SMALL_BENCH = {"contexts": [128, 2048], "concurrency": [1, 8], "max_new_tokens": 8, "requests_per_cell": 2,
                "repeats": 1, "warmup_requests": 0}

@@ -33,7 +33,7 @@ from ddsweep.point.preflight import (
 
 SGLANG = importlib.util.find_spec("sglang") is not None
 needs_sglang = pytest.mark.skipif(not SGLANG, reason="sglang is not importable here; install its CPU argument "
-                                  "parser with `.ci/sglang-cpu.sh .venv` to run the preflight against it")
+                                  "parser with `.ci/sglang-real.sh .venv` to run the preflight against it")
 SMALL_PARSER = "parser.add_argument('--block-size', type=int)\nparser.add_argument('--model-path', required=True)"
 
 

@@ -236,3 +236,23 @@ def test_ignore_eos_past_the_natural_end_is_accepted_more(servers: dict[str, Sim
     assert forced["completion_tokens"] == 600
     prose = expected_accept_length(ModelParams(), Knobs("ddtree", 8, 4, 8, 2048), "prose")
     assert forced["spec_accept_length"] > prose + 1.0  # 560 of the 600 tokens come after the natural end
+
+
+def test_prompt_beyond_context_length_is_refused_as_sglang_refuses_it() -> None:
+    sim = Sim("--context-length", "16")
+    try:
+        long_text = " ".join(["word"] * 40)
+        refused = sim.generate(long_text, 4)
+        assert refused.status_code == 400
+        assert "longer than the model's context length (16 tokens)" in refused.json()["error"]["message"]
+        streamed = sim.generate(long_text, 4, stream=True)
+        lines = [line for line in streamed.text.split("\n") if line.startswith("data:")]
+        assert streamed.status_code == 200 and lines[-1] == "data: [DONE]" and len(lines) == 2
+        assert json.loads(lines[0][5:])["error"]["message"] == refused.json()["error"]["message"]
+        chat = httpx.post(sim.url + "/v1/chat/completions", timeout=30, json={
+            "messages": [{"role": "user", "content": long_text}], "max_tokens": 4})
+        assert chat.status_code == 400 and chat.json()["object"] == "error"
+        assert sim.generate("short", 2).status_code == 200
+        assert httpx.post(sim.url + "/tokenize", json={"prompt": "x"}).json()["max_model_len"] == 16
+    finally:
+        sim.close()

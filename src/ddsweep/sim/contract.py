@@ -125,6 +125,21 @@ def check_request(contract: Contract, path: str, body: Any) -> tuple[int, dict] 
     return None
 
 
+def context_refusal(prompt_tokens: int, context_length: int, stream: bool, openai: bool) -> tuple[int, dict] | None:
+    """SGLang 0.5.23's answer to a prompt of `prompt_tokens` that does not fit the context (tokenizer_manager.py
+    `_validate_one_request`: refused when prompt_tokens >= context_length), or None when it fits. Streamed
+    /generate answers HTTP 200 with this one event before [DONE] (http_server.py); the others answer HTTP 400."""
+    if prompt_tokens < context_length:
+        return None
+    message = (f"The input ({prompt_tokens} tokens) is longer than the model's context length "
+               f"({context_length} tokens).")
+    if openai:
+        return 400, {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+    if stream:
+        return 200, {"error": {"message": message, "type": "invalid_request_error", "code": 400, "retryable": False}}
+    return 400, {"error": {"message": message}}
+
+
 class _Resolved:
     """What `build_server_info` reads from a ServerArgs: the resolved fields and the launch command."""
 

@@ -26,7 +26,7 @@ from typing import Any
 from ddsweep import __version__
 from ddsweep.sim import tokenizer
 from ddsweep.sim.cache import PrefixCache
-from ddsweep.sim.contract import Contract, check_request
+from ddsweep.sim.contract import Contract, check_request, context_refusal
 from ddsweep.sim.contract import server_info as build_info
 from ddsweep.sim.http import Connection, HttpRequest
 from ddsweep.sim.model import (
@@ -294,6 +294,23 @@ class SimServer:
         assert self.wake is not None
         self.wake.set()
 
+    @property
+    def context_length(self) -> int:
+        """The model's context length: --context-length when given (SGLang's flag), else the stand-in's."""
+        return int(self.s.server_args.get("context_length") or CONTEXT_LENGTH)
+
+    def _refused_too_long(self, conn: Connection, prompt_tokens: int, stream: bool, openai: bool) -> bool:
+        """Answer as SGLang does when a prompt does not fit the context; True when it was refused."""
+        answer = context_refusal(prompt_tokens, self.context_length, stream, openai)
+        if answer is None:
+            return False
+        if stream and not openai:
+            conn.start_stream()
+            conn.end_stream(b"data: " + json.dumps(answer[1]).encode() + b"\n\ndata: [DONE]\n\n")
+        else:
+            conn.respond_json(*answer)
+        return True
+
     def avg_accept_length(self) -> float:
         """Cumulative accepted tokens per verify step since boot (1.0 when not speculative)."""
         return self.total_tokens / self.total_verify if self.total_verify else 1.0
@@ -357,7 +374,7 @@ class SimServer:
     def server_info(self) -> dict:
         """The /server_info document in SGLang 0.5.23's layout: resolved arguments at the top level."""
         internal = [{"avg_spec_accept_length": self.avg_accept_length(), "last_gen_throughput": 0.0}]
-        scheduler = {"max_total_num_tokens": CONTEXT_LENGTH, "max_req_input_len": CONTEXT_LENGTH - 1}
+        scheduler = {"max_total_num_tokens": CONTEXT_LENGTH, "max_req_input_len": self.context_length - 1}
         internal[0]["effective_max_running_requests_per_dp"] = self.max_running
         return build_info(self.s.contract, self.s.server_args, self.s.launch_command, scheduler,
                           {"startup_time": self.boot_wall, "internal_states": internal,
@@ -373,7 +390,7 @@ class SimServer:
     def _models(self, conn: Connection, req: HttpRequest) -> None:
         conn.respond_json(200, {"object": "list", "simulated": True, "data": [
             {"id": self.s.served_model_name, "object": "model", "created": 0, "owned_by": "sglang",
-             "root": self.s.model_path, "max_model_len": CONTEXT_LENGTH}]})
+             "root": self.s.model_path, "max_model_len": self.context_length}]})
 
     def _tokenize(self, conn: Connection, req: HttpRequest) -> None:
         """SGLang's /tokenize: `prompt` (string or list) or chat `messages`; answers tokens, count, max_model_len."""
@@ -384,16 +401,17 @@ class SimServer:
             rendered = render_chat(body["messages"])
             ids = tokenizer.token_ids(rendered)
             self._remember(ids, rendered)
-            conn.respond_json(200, {"tokens": ids, "count": len(ids), "max_model_len": CONTEXT_LENGTH})
+            conn.respond_json(200, {"tokens": ids, "count": len(ids), "max_model_len": self.context_length})
             return
         text = body.get("prompt", body.get("text", "")) if not self.s.strict else body["prompt"]
         if isinstance(text, list):
             ids = [tokenizer.token_ids(str(t)) for t in text]
-            conn.respond_json(200, {"tokens": ids, "count": [len(i) for i in ids], "max_model_len": CONTEXT_LENGTH})
+            conn.respond_json(200, {"tokens": ids, "count": [len(i) for i in ids],
+                                    "max_model_len": self.context_length})
             return
         ids = tokenizer.token_ids(str(text))
         self._remember(ids, str(text))
-        conn.respond_json(200, {"tokens": ids, "count": len(ids), "max_model_len": CONTEXT_LENGTH})
+        conn.respond_json(200, {"tokens": ids, "count": len(ids), "max_model_len": self.context_length})
 
     def _remember(self, ids: list[int], text: str) -> None:
         """Keep the text behind token ids (the stand-in's ids cannot be decoded), oldest forgotten first."""
@@ -497,7 +515,7 @@ class SimServer:
         prompts = text if isinstance(text, list) else [text]
         gens = [self._new_request(str(p), max_new, ignore_eos) for p in prompts]
         self._log_prompts(prompts)
-        if self._refuse_long(conn, gens, stream):
+        if self._refused_too_long(conn, max(g.prompt_tokens for g in gens), stream, openai=False):
             return
         every = self.s.fault("abort-every")
         aborted = bool(every and self.generate_count % max(1, int(every.arg or 1)) == 0)
@@ -539,22 +557,6 @@ class SimServer:
             with open(self.s.prompt_log, "a", encoding="utf-8") as handle:
                 handle.write("".join(json.dumps({"text": str(p)}) + "\n" for p in prompts))
 
-    def _refuse_long(self, conn: Connection, gens: list[GenRequest], stream: bool) -> bool:
-        """Refuse a prompt as long as the context (--context-length) with SGLang's message: an error event in a
-        stream, HTTP 400 otherwise."""
-        limit = int(self.s.server_args.get("context_length") or CONTEXT_LENGTH)
-        long = next((g for g in gens if g.prompt_tokens >= limit), None)
-        if long is None:
-            return False
-        message = f"The input ({long.prompt_tokens} tokens) is longer than the model's context length ({limit} tokens)."
-        if not stream:
-            conn.respond_json(400, {"error": {"message": message}})
-            return True
-        conn.start_stream()
-        error = {"error": {"message": message, "type": "invalid_request_error", "code": 400, "retryable": False}}
-        conn.end_stream(b"data: " + json.dumps(error).encode() + b"\n\ndata: [DONE]\n\n")
-        return True
-
     def _native_chunk(self, conn: Connection, req: GenRequest, new_text: str) -> None:
         """Stream one native chunk; the text is JSON-escaped once per step and appended, not re-encoded whole."""
         req.text_json += encode_basestring_ascii(new_text).encode()[1:-1]
@@ -595,6 +597,8 @@ class SimServer:
         if handled:
             return
         gen = self._new_request(prompt, max_new, ignore_eos, answer)
+        if self._refused_too_long(conn, gen.prompt_tokens, stream, openai=True):
+            return
         conn.on_close = lambda: setattr(gen, "cancelled", True)
         cid = ("chatcmpl-" if chat else "cmpl-") + gen.rid
         obj = "chat.completion" if chat else "text_completion"

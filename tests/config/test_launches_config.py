@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import copy
 
-import pytest
 from conftest import demo_config
 
 from ddsweep.config.launches import grid_launches, launch_record, launch_repeats
-from ddsweep.config.study import ConfigError, find_point, validate_config
+from ddsweep.config.study import find_point, validate_config
 
 
 def test_repeats_are_split_across_the_launches_and_the_coding_eval_runs_once():
@@ -24,12 +23,11 @@ def test_repeats_are_split_across_the_launches_and_the_coding_eval_runs_once():
     assert launch_repeats(three) == [1, 1, 1]
 
 
-def test_more_launches_than_repeats_is_a_configuration_error():
+def test_a_point_runs_at_most_one_launch_per_repeat():
     config = copy.deepcopy(demo_config())
     config["sweep"]["launches"] = 4
-    with pytest.raises(ConfigError, match=r"sweep.launches: 4 launches per point need at least as many "
-                                          r"benchmark.repeats \(got 3\)"):
-        validate_config(config)
+    assert grid_launches(validate_config(config)) == 3 and launch_repeats(config) == [1, 1, 1]
+    assert grid_launches(demo_config(benchmark={"repeats": 1})) == 1  # a one-repeat study (the smoke study)
 
 
 def test_an_adaptive_study_has_its_own_launches():

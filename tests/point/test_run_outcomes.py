@@ -23,7 +23,7 @@ def test_sigterm_to_run_point_and_server_at_once_mid_benchmark_is_an_interruptio
     out, done = tmp_path / "p", tmp_path / "p" / "done.json"
     # the first cell (8 requests) is over in seconds; the whole matrix outlasts the signal by tens of seconds
     record = demo_record("ar", sim_args=["--sim-step-ms", "20"], benchmark={"requests_per_cell": 8, "repeats": 1},
-                         **NO_CODING)
+                         sweep={"launches": 1}, **NO_CODING)
     proc = _run_point(record, out, done)
     deadline = time.monotonic() + 60
     requests = out / "bench" / "requests.jsonl"

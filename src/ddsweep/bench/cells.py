@@ -241,7 +241,8 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
             now = time.perf_counter()
             rate = (state.tokens - last_tokens) / (now - last_t)
             last_tokens, last_t = state.tokens, now
-            progress(f"  {state.label}: {state.done} done, {state.in_flight} in flight, {rate:.0f} tok/s")
+            if state.label:  # nothing to report while the cell's prompts are still being sized
+                progress(f"  {state.label}: {state.done} done, {state.in_flight} in flight, {rate:.0f} tok/s")
 
     reporter_task = asyncio.get_running_loop().create_task(reporter())
     n_cells = sum(not c.warmup for c in plan)

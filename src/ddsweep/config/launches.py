@@ -8,22 +8,21 @@ the independent unit (ddsweep.analysis.launch_model)."""
 
 from __future__ import annotations
 
-from ddsweep.config.study import ConfigError, Point, point_record
+from ddsweep.config.study import Point, point_record
 
 
 def grid_launches(config: dict) -> int:
-    """Server launches per grid point (1 for an adaptive study, whose confirmation launches are its own)."""
+    """Server launches per grid point: `sweep.launches`, at most one per repeat (a one-repeat study, such as the
+    smoke study, runs one launch), and 1 for an adaptive study, whose confirmation launches are its own."""
     if config.get("sweep", {}).get("strategy") == "adaptive":
         return 1
-    return int(config.get("sweep", {}).get("launches", 2))
+    repeats = int(config.get("benchmark", {}).get("repeats", 3))
+    return max(1, min(int(config.get("sweep", {}).get("launches", 2)), repeats))
 
 
 def launch_repeats(config: dict) -> list[int]:
     """Repeats of each launch: the configured repeats split as evenly as possible, the earlier launches first."""
     launches, repeats = grid_launches(config), int(config["benchmark"].get("repeats", 3))
-    if launches > repeats:
-        raise ConfigError(f"sweep.launches: {launches} launches need at least as many benchmark.repeats "
-                          f"(got {repeats}); each launch runs one repeat or more")
     return [repeats // launches + (1 if k < repeats % launches else 0) for k in range(launches)]
 
 

@@ -117,7 +117,6 @@ def validate_config(raw: Mapping[str, Any]) -> dict:
     _check_resources(config)
     _check_coding(config)
     _check_reference(config, points)
-    _check_launches(config)
     if not points:
         raise ConfigError("sweep: the sweep expands to no points (empty grid, constraints remove every point, "
                           "and no baselines); nothing would run")
@@ -286,14 +285,6 @@ def _check_trees(config: dict, points: list[Point]) -> None:
             effective_tree(config["engine"]["presets"][point.preset], point.knobs, f"point {point.point_id}")
         except ExpressionError as exc:
             raise ConfigError(f"engine.presets.{point.preset}.tree: {exc}") from exc
-
-
-def _check_launches(config: dict) -> None:
-    """A grid point's repeats are split across `sweep.launches` launches: each needs one repeat at least."""
-    sweep, repeats = config["sweep"], config["benchmark"].get("repeats", 3)
-    if sweep.get("strategy", "grid") == "grid" and sweep.get("launches", 2) > repeats:
-        raise ConfigError(f"sweep.launches: {sweep['launches']} launches per point need at least as many "
-                          f"benchmark.repeats (got {repeats}); each launch runs one repeat or more")
 
 
 def _check_analysis(config: dict) -> None:

@@ -37,7 +37,7 @@ from ddsweep.point.lifecycle import (
     verify_settings,
 )
 from ddsweep.point.multinode import group_spec, is_multinode
-from ddsweep.storage import write_json_atomic
+from ddsweep.storage import read_json, write_json_atomic
 
 PORT_ATTEMPTS = 3
 
@@ -215,6 +215,16 @@ def _check_alive(server: ManagedServer, step: str) -> None:
         raise _crash_or(server, step, "server_crash", "its results are incomplete")
 
 
+def _with_failed_cells(message: str, out_dir: Path) -> str:
+    """The benchmark's error, preceded by the cells that failed before it (where a dying server first showed)."""
+    try:
+        earlier = read_json(out_dir / "bench" / "cells.json").get("failed_cells") or []
+    except (OSError, ValueError, AttributeError):
+        earlier = []
+    reasons = [str(cell.get("failure_reason")) for cell in earlier if isinstance(cell, dict)]
+    return "; ".join([*(f"failed cell {reason}" for reason in reasons), message])
+
+
 def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun,
                progress: Callable[[str], None]) -> None:
     """Run the benchmark matrix against the server."""
@@ -225,8 +235,10 @@ def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun
     try:
         doc = run_benchmark(server.spec.url, out_dir / "bench", settings, simulated=run.simulated, progress=progress)
     except BenchmarkError as exc:
-        raise _crash_or(server, "benchmark", "bench_failures", str(exc)) from exc
-    _check_alive(server, "benchmark")
+        raise _crash_or(server, "benchmark", "bench_failures", _with_failed_cells(str(exc), out_dir)) from exc
+    if server.exited() is not None:
+        raise _crash_or(server, "benchmark", "server_crash",
+                        _with_failed_cells("its results are incomplete", out_dir))
     run.failed_cells = [{key: cell.get(key) for key in ("workload", "context", "concurrency", "repeat",
                                                          "failure_reason")} for cell in doc.get("failed_cells", [])]
 

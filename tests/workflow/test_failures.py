@@ -47,7 +47,8 @@ def _study(faults_of: dict | None = None) -> dict:
     launcher = yaml.safe_load((ROOT / ".test" / "config.yaml").read_text())["engine"]["launcher"]
     return {
         "engine": {"presets": faulty, "startup_timeout_s": 6, "launcher": [*launcher, "--sim-strict", "off"]},
-        "sweep": {"grid": {"budget": [4], "topk": [2], "block_size": [8], "window": [2048]},
+        # one launch per point: each fault's outcome in results/points/<id>/ (launches: tests/workflow/test_workflow.py)
+        "sweep": {"launches": 1, "grid": {"budget": [4], "topk": [2], "block_size": [8], "window": [2048]},
                   "points": [{"preset": name, "budget": 8, "topk": 4, "block_size": 8, "window": 2048}
                              for name in faults_of]},
         "benchmark": {"contexts": [128], "concurrency": [1], "max_new_tokens": 16, "requests_per_cell": 4,

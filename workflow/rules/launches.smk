@@ -46,12 +46,10 @@ if LAUNCHES > 1:
             topk=knob("topk"),
             block_size=knob("block_size"),
             window=knob("window"),
-            record=lambda wildcards: json.dumps(
-                launch_record(STUDY, POINTS[wildcards.point], int(wildcards.launch)), sort_keys=True
-            ),
+            record=lambda wildcards: record_json(launch_record(STUDY, POINTS[wildcards.point], int(wildcards.launch))),
             outdir=lambda wildcards: f"results/launches/{wildcards.point}/launch-{wildcards.launch}",
         shell:
-            "ddsweep run-point --record {params.record:q} --out {params.outdir} --done {output.done} > {log} 2>&1 "
+            'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --out {params.outdir} --done {output.done} > {log} 2>&1 '
             "|| (tail -n 30 {log} >&2; exit 1)"
 
     rule merge_point_launches:

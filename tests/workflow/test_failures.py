@@ -84,10 +84,11 @@ def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables
         done = json.loads((workdir / "results/points" / point / "done.json").read_text())
         assert done["status"] == "failed" and done["error_kind"] == kind, done
         assert not (workdir / "results/points" / point / "status.json").exists()
-    for point in ("bs8-b4-t2-w2048", "ar", "dflash-bs8-w2048"):
+    healthy = ("bs8-b4-t2-w2048", "ar", "dflash-bs8-w2048", "dflash-nooverlap-bs8-w2048")
+    for point in healthy:
         assert json.loads((workdir / "results/points" / point / "done.json").read_text())["status"] == "ok"
     jobs = {r["point_id"]: r for r in csv.DictReader((workdir / "results/tables/jobs.csv").open())}
-    assert len(jobs) == len(failed) + 3 and all(r["host"] for r in jobs.values())
+    assert len(jobs) == len(failed) + len(healthy) and all(r["host"] for r in jobs.values())
 
     summary = (workdir / "reports/optimization_summary.md").read_text()
     assert "snakemake --cores all --configfile .test/config.yaml --configfile faults.yaml" in summary

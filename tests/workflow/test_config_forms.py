@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import copy_workflow
+from conftest import copy_workflow, demo_config
 from test_workflow import scheduled_jobs, snakemake
+
+from ddsweep.config.plan import running_points
+from ddsweep.config.study import load_config
 
 # Every setting config/README.md documents as taking null, each null at once, in an overlay on the demo.
 NULLS = {
@@ -32,8 +35,10 @@ def test_every_documented_null_in_an_overlay_builds_the_workflow_without_the_dfl
     workdir = copy_workflow(tmp_path / "wf")
     (workdir / "nulls.yaml").write_text(yaml.safe_dump(NULLS))
     jobs = _points_scheduled(workdir, ".test/config.yaml", "nulls.yaml")
-    # the demo's 8 points without dflash-bs8-w2048
-    assert jobs["run_point"] == 7 and jobs["summarize"] == 1, jobs
+    # the demo's points that run, without the DFlash baselines, each merged from its launches (sweep.launches)
+    expected = [p for p in running_points(demo_config()) if p.kind != "dflash"]
+    assert jobs["merge_point_launches"] == len(expected) and jobs["summarize"] == 1, jobs
+    assert len(expected) < len(running_points(demo_config()))
 
 
 @pytest.mark.slow
@@ -45,5 +50,8 @@ def test_absent_dflash_baseline_and_absent_grid_build_the_workflow(tmp_path):
         config["sweep"].pop("grid", None)
         (workdir / name).write_text(yaml.safe_dump(config, sort_keys=False))
     jobs = _points_scheduled(workdir, ".test/config.yaml")
-    # ar and the demo's four explicit points, of which one is an alias that does not run
-    assert jobs["run_point"] == 4, jobs
+    # ar and the demo's explicit points that run (no grid, no DFlash baseline), as ddsweep plans them
+    config = load_config(workdir / "config/config.yaml", workdir / ".test/config.yaml")
+    expected = running_points(config)
+    assert {p.kind for p in expected} == {"ar", "ddtree"} and not config["sweep"].get("grid")
+    assert jobs["merge_point_launches"] == len(expected) >= 2, jobs

@@ -184,6 +184,23 @@ def test_changing_the_benchmark_matrix_reruns_every_point(demo_run):
     assert scheduled_jobs(result.stdout + result.stderr)["launch_point"] == 16  # two launches of each point
 
 
+@pytest.mark.slow
+def test_operational_settings_rerun_no_launch_and_the_contexts_rerun_every_launch(demo_run):
+    config = yaml.safe_load((demo_run / ".test" / "config.yaml").read_text())
+    slower = {**config, "engine": {**config["engine"], "startup_timeout_s": 300, "shutdown_timeout_s": 20},
+              "benchmark": {**config["benchmark"], "request_timeout_s": 120}, "resources": {"retries": 4}}
+    (demo_run / "operational.yaml").write_text(yaml.safe_dump(slower))
+    result = snakemake(demo_run, "-n", "--cores", "2", "--configfile", "operational.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = scheduled_jobs(result.stdout + result.stderr)
+    assert set(jobs) <= {"study_config", "plan", "summarize", "bundle", "all"}, jobs
+    contexts = {**config, "benchmark": {**config["benchmark"], "contexts": [128, 1024]}}
+    contexts["analysis"]["regimes"] = [r for r in config["analysis"]["regimes"] if r["context"] == 128]
+    (demo_run / "contexts.yaml").write_text(yaml.safe_dump(contexts))
+    result = snakemake(demo_run, "-n", "--cores", "2", "--configfile", "contexts.yaml")
+    assert scheduled_jobs(result.stdout + result.stderr)["launch_point"] == 16, result.stdout[-3000:]
+
+
 def test_bad_config_stops_before_any_job_with_the_key_named(tmp_path):
     workdir = copy_workflow(tmp_path / "wf", strict_standin=True)
     config = yaml.safe_load((workdir / ".test" / "config.yaml").read_text())

@@ -8,6 +8,7 @@ import yaml
 from snakemake.cli import get_profile_dir
 from snakemake.utils import validate
 
+from ddsweep.config.launches import grid_launches
 from ddsweep.config.operational import OPERATIONAL_KEYS, measurement_record, operational_settings
 from ddsweep.config.plan import running_points
 from ddsweep.config.reference import reference_enabled, reference_point
@@ -218,3 +219,14 @@ def final_outputs():
         *expand("reports/plots/{plot}.png", plot=PLOTS),
         *(["reports/adaptive_funnel.md"] if ADAPTIVE else []),
     ]
+
+
+# Server launches per grid point (sweep.launches; workflow/rules/launches.smk).
+LAUNCHES = grid_launches(STUDY)
+
+
+def launch_priority(wildcards):
+    """Earlier launches first; the reference point's first launch before every other job (sweep.reference)."""
+    first = reference_priority("point")
+    reference = first(wildcards) if callable(first) else first
+    return 2 * (LAUNCHES - int(wildcards.launch)) + reference

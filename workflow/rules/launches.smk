@@ -5,20 +5,11 @@
 # which takes the place of run_point (points.smk) when there is more than one launch.
 from pathlib import Path
 
-from ddsweep.config.launches import grid_launches, launch_record
-
-LAUNCHES = grid_launches(STUDY)
+from ddsweep.config.launches import launch_record
 
 
 wildcard_constraints:
     launch=r"\d+",
-
-
-def launch_priority(wildcards):
-    """Earlier launches first; the reference point's first launch before every other job (sweep.reference)."""
-    first = reference_priority("point")
-    reference = first(wildcards) if callable(first) else first
-    return 2 * (LAUNCHES - int(wildcards.launch)) + reference
 
 
 if LAUNCHES > 1:
@@ -46,12 +37,10 @@ if LAUNCHES > 1:
             topk=knob("topk"),
             block_size=knob("block_size"),
             window=knob("window"),
-            record=lambda wildcards: json.dumps(
-                launch_record(STUDY, POINTS[wildcards.point], int(wildcards.launch)), sort_keys=True
-            ),
+            record=lambda wildcards: record_json(launch_record(STUDY, POINTS[wildcards.point], int(wildcards.launch))),
             outdir=lambda wildcards: f"results/launches/{wildcards.point}/launch-{wildcards.launch}",
         shell:
-            "ddsweep run-point --record {params.record:q} --out {params.outdir} --done {output.done} > {log} 2>&1 "
+            'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --out {params.outdir} --done {output.done} > {log} 2>&1 '
             "|| (tail -n 30 {log} >&2; exit 1)"
 
     rule merge_point_launches:

@@ -14,7 +14,7 @@ fall on a real engine), naming the disagreeing series.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ddsweep.analysis.results import (
     KNOBS,
@@ -27,10 +27,8 @@ from ddsweep.analysis.results import (
     same_knob,
     window_label,
 )
+from ddsweep.analysis.settings import Settings
 from ddsweep.analysis.statistics import Estimate
-
-if TYPE_CHECKING:
-    from ddsweep.analysis.decisions import Settings
 
 MAX_LIST = 12
 

@@ -15,6 +15,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from scipy import integrate, special, stats
+
 from ddsweep.adaptive.stages import primary_workload, screen_settings
 from ddsweep.analysis.statistics import t_quantile
 from ddsweep.figures import METRICS, Metric, failed, whole_output_throughput
@@ -82,14 +84,13 @@ def estimate(records: list[dict], metric: str, context: int, concurrency: int, l
 
 @functools.cache
 def _normal_max_moments(n: int) -> tuple[float, float]:
-    """Mean and standard deviation of the largest of `n` standard normal draws (numerical integration)."""
-    step, mean, second = 0.002, 0.0, 0.0
-    for i in range(-4000, 4001):
-        x = i * step
-        cdf = 0.5 * (1 + math.erf(x / math.sqrt(2)))
-        density = n * math.exp(-x * x / 2) / math.sqrt(2 * math.pi) * cdf ** (n - 1)
-        mean += x * density * step
-        second += x * x * density * step
+    """Mean and standard deviation of the largest of `n` standard normal draws: the moments of the density
+    n·φ(x)·Φ(x)^(n−1), integrated numerically (Φ^(n−1) on the log scale, so a large `n` does not underflow)."""
+    def density(x: float) -> float:
+        return n * math.exp(-x * x / 2 + (n - 1) * special.log_ndtr(x)) / math.sqrt(2 * math.pi)
+
+    mean = integrate.quad(lambda x: x * density(x), -math.inf, math.inf)[0]
+    second = integrate.quad(lambda x: x * x * density(x), -math.inf, math.inf)[0]
     return mean, math.sqrt(max(0.0, second - mean * mean))
 
 
@@ -189,4 +190,4 @@ def load_screen(screen_dir: Path, point_ids: list[str]) -> tuple[dict[str, list[
 
 def two_sided_z(confidence: float) -> float:
     """The two-sided normal quantile of `confidence`."""
-    return statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    return float(stats.norm.ppf(0.5 + confidence / 2))

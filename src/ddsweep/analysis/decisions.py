@@ -17,7 +17,8 @@ import pandas as pd
 from ddsweep.analysis.diagnosis import Confound, Diagnosis, confounds, diagnose
 from ddsweep.analysis.drift import ReferenceRuns
 from ddsweep.analysis.launch_model import launch_difference, pooled_variances
-from ddsweep.analysis.results import ResolvedRegime, ResultSet, ar_point_id, resolve_regime
+from ddsweep.analysis.regimes import ResolvedRegime, resolve_regime
+from ddsweep.analysis.results import ResultSet, ar_point_id
 from ddsweep.analysis.settings import DEFAULT_REGIMES, Priority, Settings
 from ddsweep.analysis.statistics import Estimate, combined_difference, holm, holm_levels, mean_interval
 from ddsweep.analysis.tables import LosslessResult, coding_stats, lossless_vs_ar

@@ -16,17 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddsweep.analysis.results import (
-    KNOBS,
-    PointRecord,
-    Regime,
-    ResolvedRegime,
-    ResultSet,
-    is_missing,
-    resolve_regime,
-    same_knob,
-    window_label,
-)
+from ddsweep.analysis.regimes import Regime, ResolvedRegime, resolve_regime
+from ddsweep.analysis.results import KNOBS, PointRecord, ResultSet, is_missing, same_knob, window_label
 from ddsweep.analysis.settings import Settings
 from ddsweep.analysis.statistics import Estimate
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddsweep.analysis.results import Regime
+from ddsweep.analysis.regimes import Regime
 
 DEFAULT_REGIMES: tuple[Regime, ...] = (
     Regime("latency", "decode_tok_s", 128, 1),

@@ -54,7 +54,8 @@ from ddsweep.adaptive.screening import estimate
 from ddsweep.adaptive.selection import select_round
 from ddsweep.adaptive.stages import regime_benchmark, screen_benchmark, settle_launches
 from ddsweep.config.plan import benchmark_cells, cell_requests, cell_share, running_points
-from ddsweep.config.study import Point, validate_config
+from ddsweep.config.points import Point
+from ddsweep.config.study import validate_config
 from ddsweep.sim.model import Knobs, ModelParams, depth_probabilities, prefill_time_s, step_time_s
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -45,7 +45,7 @@ from bench_adaptive import (  # noqa: E402
 
 from ddsweep.adaptive.refinement import resolve_point  # noqa: E402
 from ddsweep.adaptive.stages import regime_benchmark  # noqa: E402
-from ddsweep.config.study import point_record  # noqa: E402
+from ddsweep.config.records import point_record  # noqa: E402
 
 POINTS = ["ar", "dflash-bs8-w2048", "bs8-b4-t2-w2048", "bs8-b4-t2-woff", "bs16-b4-t2-w2048", "bs8-b8-t4-w2048",
           "bs8-b16-t4-w2048"]

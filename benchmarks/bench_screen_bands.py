@@ -7,7 +7,7 @@ around it are shifted. This script screens the default study's points (as `bench
 launch each, `sweep.screen.requests_per_cell` requests per regime cell, launch noise exp(N(0, cv)) with the
 selection assuming that cv) and counts, per regime,
 
-- how often a point's own figure ± its half width (`Estimate.half_width`: z·se, the within-launch part at
+- how often a point's own figure ± its half width (`ScreenedFigure.half_width`: z·se, the within-launch part at
   Student's t) contains its true figure (whether the standard errors are right), and
 - how often the band of its difference to the screening's best contains the true difference.
 

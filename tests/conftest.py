@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ddsweep.config.study import find_point, merge_config, point_record, validate_config
+from ddsweep.config.records import point_record
+from ddsweep.config.study import find_point, merge_config, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

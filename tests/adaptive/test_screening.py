@@ -15,7 +15,7 @@ from conftest import demo_config
 
 from ddsweep.adaptive.funnel import funnel, screen_failure
 from ddsweep.adaptive.race import race_round, settle_round
-from ddsweep.adaptive.screening import Estimate, estimate
+from ddsweep.adaptive.screening import ScreenedFigure, estimate
 from ddsweep.adaptive.selection import select, select_round
 from ddsweep.analysis.funnel_section import funnel_block, funnel_markdown, render_funnel
 
@@ -304,9 +304,9 @@ def test_a_throughput_cells_error_ignores_the_spread_of_lengths_that_end_of_sequ
 
 def test_the_within_launch_error_of_few_requests_counts_at_students_t():
     # 4 requests (3 degrees of freedom): the 90% quantile is 2.353, not 1.645; the stated launch variation keeps z.
-    few = Estimate(100.0, within=0.05, launch=0.03, df=3)
+    few = ScreenedFigure(100.0, within=0.05, launch=0.03, df=3)
     assert few.half_width(0.9) == pytest.approx(math.hypot(2.3534 * 0.05, 1.6449 * 0.03), rel=1e-3)
-    assert Estimate(100.0, 0.05, 0.03).half_width(0.9) == pytest.approx(1.6449 * math.hypot(0.05, 0.03), rel=1e-3)
+    assert ScreenedFigure(100.0, 0.05, 0.03).half_width(0.9) == pytest.approx(1.6449 * math.hypot(0.05, 0.03), rel=1e-3)
     records = requests(100, n=4)
     assert estimate(records, "decode_tok_s", 128, 1, 0.02).df == 3
 

@@ -9,6 +9,7 @@ import pandas as pd
 from resultsets import REPEATS, broken_set, coding_set, drafter_bound_set, simulated_set, write_results
 
 from ddsweep.analysis.plots import PLOTS
+from ddsweep.analysis.regimes import Regime, resolve_regime
 from ddsweep.analysis.results import (
     CELL_COLUMNS,
     CODING_COLUMNS,
@@ -17,10 +18,8 @@ from ddsweep.analysis.results import (
     JOB_COLUMNS,
     POINT_COLUMNS,
     PointRecord,
-    Regime,
     failure_patterns,
     load_results,
-    resolve_regime,
 )
 from ddsweep.analysis.tables import lossless_vs_ar, overview_table, write_tables
 from ddsweep.cli import main

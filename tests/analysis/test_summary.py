@@ -21,15 +21,10 @@ from resultsets import (
     write_results,
 )
 
-from ddsweep.analysis.decisions import (
-    DEFAULT_PRIORITIES,
-    DEFAULT_REGIMES,
-    Decisions,
-    Settings,
-    analyse,
-)
+from ddsweep.analysis.decisions import Decisions, analyse
 from ddsweep.analysis.render import render_decisions, render_markdown
 from ddsweep.analysis.results import load_results
+from ddsweep.analysis.settings import DEFAULT_PRIORITIES, DEFAULT_REGIMES, Settings
 from ddsweep.analysis.summarize import SummaryResult, summarize
 
 

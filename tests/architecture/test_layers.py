@@ -16,7 +16,7 @@ ALLOWED = {
     "console": set(),
     "figures": set(),
     "config": {"storage", "figures"},
-    "bench": {"storage", "config", "console", "figures"},
+    "bench": {"storage", "config", "console", "figures", "coding"},
     "coding": {"storage", "config", "console"},
     "point": {"storage", "config", "bench", "coding", "console"},
     "analysis": {"storage", "config", "coding", "figures"},

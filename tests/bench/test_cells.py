@@ -18,10 +18,10 @@ from ddsweep.bench.transport import (
     HttpResponseParser,
     ProtocolError,
     SseLines,
-    _StreamState,
-    _Transport,
-    _transport,
+    StreamState,
+    Transport,
     chunk_tokens,
+    make_transport,
 )
 
 PROSE_EOS = {"name": "prose", "kind": "prose", "ignore_eos": True}
@@ -89,13 +89,13 @@ def test_failures_recorded_and_error_raised_after_files(sims: dict[str, Sim], tm
     assert doc["failed_cells"] == failed_cells
 
 
-class _Scripted(_Transport):
+class _Scripted(Transport):
     """A transport replaying SSE payloads with given delays."""
 
     def __init__(self, chunks: list[tuple[float, bytes]]) -> None:
         self.chunks = chunks
 
-    async def request(self, url: str, payload: dict, state: _StreamState) -> None:
+    async def request(self, url: str, payload: dict, state: StreamState) -> None:
         state.sent(time.perf_counter())
         for delay, data in self.chunks:
             await asyncio.sleep(delay)
@@ -276,7 +276,7 @@ def _run_raw(scripts: list[Script], requests: int, close_idle: bool = False, too
     async def main() -> tuple[list[RequestRecord], list[int]]:
         server, seen = await _serve_scripts(scripts, close_idle)
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        transport = _transport("asyncio")
+        transport = make_transport("asyncio")
         await transport.open(1)
         records = []
         for i in range(requests):

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from ddsweep.bench.records import RequestRecord, run_request
-from ddsweep.bench.transport import _HttpError, _StreamState, _transport
+from ddsweep.bench.transport import HttpError, StreamState, make_transport
 
 fastapi = pytest.importorskip("fastapi", reason="needs fastapi (pip install -e '.[test]')")
 uvicorn = pytest.importorskip("uvicorn", reason="needs uvicorn (pip install -e '.[test]')")
@@ -95,7 +95,7 @@ def served() -> Iterator[tuple[str, list[tuple[str, int]]]]:
 def _requests(base: str, paths: list[str]) -> list[RequestRecord]:
     """Send one request per path, one after the other, on one asyncio transport (as a cell at concurrency 1)."""
     async def main() -> list[RequestRecord]:
-        transport = _transport("asyncio")
+        transport = make_transport("asyncio")
         await transport.open(1)
         out = []
         for i, path in enumerate(paths):
@@ -153,11 +153,11 @@ def test_http_error_type_from_the_transport(served) -> None:
     base, _ = served
 
     async def main() -> None:
-        transport = _transport("asyncio")
+        transport = make_transport("asyncio")
         await transport.open(1)
         try:
-            with pytest.raises(_HttpError, match="HTTP 400"):
-                await transport.request(base + "/error/generate", {"text": "x"}, _StreamState([]))
+            with pytest.raises(HttpError, match="HTTP 400"):
+                await transport.request(base + "/error/generate", {"text": "x"}, StreamState([]))
         finally:
             await transport.close()
 

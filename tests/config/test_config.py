@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from ddsweep.config.plan import format_plan
+from ddsweep.config.records import point_record
 from ddsweep.config.study import (
     ConfigError,
     Point,
@@ -16,7 +17,6 @@ from ddsweep.config.study import (
     find_point,
     load_config,
     merge_config,
-    point_record,
     validate_config,
 )
 

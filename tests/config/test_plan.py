@@ -25,7 +25,8 @@ from ddsweep.config.plan import (
     plan_points,
     running_points,
 )
-from ddsweep.config.study import expand_points, point_record, validate_config
+from ddsweep.config.records import point_record
+from ddsweep.config.study import expand_points, validate_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

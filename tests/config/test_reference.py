@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import demo_config
 
+from ddsweep.config.records import point_record
 from ddsweep.config.reference import host_inventory, reference_enabled, reference_point, reference_record
-from ddsweep.config.study import ConfigError, point_record
+from ddsweep.config.study import ConfigError
 
 
 def test_the_default_is_auto_with_the_autoregressive_baseline():

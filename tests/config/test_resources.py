@@ -7,7 +7,8 @@ import pytest
 import yaml
 from conftest import ROOT, demo_config
 
-from ddsweep.config.study import ConfigError, find_point, point_record
+from ddsweep.config.records import point_record
+from ddsweep.config.study import ConfigError, find_point
 
 
 def test_the_shutdown_timeout_must_fit_in_the_signal_lead_time():

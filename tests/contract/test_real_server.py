@@ -15,7 +15,7 @@ import pytest
 import realsglang
 
 from ddsweep.bench.records import RequestRecord, run_request
-from ddsweep.bench.transport import _transport
+from ddsweep.bench.transport import make_transport
 from ddsweep.point.lifecycle import SERVER_INFO_PATHS, owned_processes, verify_settings
 
 PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
@@ -48,7 +48,7 @@ def run(coro):
 
 async def ddsweep_requests(url: str, prompts: list[str], max_new_tokens: int) -> list[RequestRecord]:
     """ddsweep's benchmark client (the asyncio transport), all prompts at once."""
-    transport = _transport("asyncio")
+    transport = make_transport("asyncio")
     await transport.open(len(prompts))
     try:
         records = [RequestRecord(context=0, concurrency=len(prompts), repeat=0, index=i, warmup=False)

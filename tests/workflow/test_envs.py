@@ -12,8 +12,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "ddsweep"
-# What the aggregation rules import: the analysis stage and everything below it that it may import.
-ANALYSIS_SIDE = ["storage.py", "cli.py", "config", "analysis", "coding/lossless.py"]
+# What the aggregation and selection rules import: the analysis and adaptive stages and what they may import.
+ANALYSIS_SIDE = ["storage.py", "cli.py", "config", "analysis", "adaptive", "coding/lossless.py"]
 # Import name -> distribution name, where they differ.
 DISTRIBUTION = {"yaml": "pyyaml", "matplotlib": "matplotlib-base", "numpy": "pandas"}
 

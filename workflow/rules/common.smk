@@ -13,7 +13,8 @@ from ddsweep.config.operational import OPERATIONAL_KEYS, measurement_record, ope
 from ddsweep.config.plan import running_points
 from ddsweep.config.reference import reference_enabled, reference_point
 from ddsweep.adaptive.stages import is_adaptive
-from ddsweep.config.study import ConfigError, point_record, validate_config
+from ddsweep.config.records import point_record
+from ddsweep.config.study import ConfigError, validate_config
 
 # ddsweep's own check first: its messages name the key and the rule broken, and STUDY, which every rule reads,
 # has the schema's defaults filled. The catalog-style schema validation follows without filling defaults itself:

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from ddsweep.config.knobs import effective_tree
+from ddsweep.config.knobs import effective_tree, evaluate
 from ddsweep.config.plan import server_key
-from ddsweep.config.study import ConfigError, Point, _compile_constraint, _make_point, expand_points
+from ddsweep.config.points import ConfigError, Point, compile_constraint, expand_points, make_point
 
 
 def _allowed(config: dict, point: Point) -> bool:
     """Whether a ddtree point passes the sweep's constraints."""
-    constraints = [_compile_constraint(c, f"sweep.constraints[{i}]")
+    constraints = [compile_constraint(c, f"sweep.constraints[{i}]")
                    for i, c in enumerate(config["sweep"].get("constraints", []))]
-    return all(eval(code, {"__builtins__": {}}, dict(point.knobs)) for code in constraints)  # noqa: S307
+    return all(evaluate(code, point.knobs) for code in constraints)
 
 
 def _server_key(config: dict, point: Point) -> tuple:
@@ -43,7 +43,7 @@ def _refine_moves(config: dict, known: dict[str, Point], point_id: str) -> Itera
             if not min(values) < value < max(values) or value in values:
                 continue
             try:
-                candidate = _make_point(config, {"preset": point.preset, **point.knobs, knob: value},
+                candidate = make_point(config, {"preset": point.preset, **point.knobs, knob: value},
                                         f"sweep.refine.{knob}")
             except ConfigError:
                 continue

@@ -15,6 +15,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from scipy import integrate, special, stats
+
 from ddsweep.adaptive.stages import primary_workload, screen_settings
 from ddsweep.analysis.statistics import t_quantile
 from ddsweep.figures import METRICS, Metric, failed, whole_output_throughput
@@ -23,7 +25,7 @@ LOWER_IS_BETTER = frozenset(name for name, m in METRICS.items() if m.lower_is_be
 
 
 @dataclass
-class Estimate:
+class ScreenedFigure:
     """One screened figure: its value and its relative standard errors within the launch and between launches
     (the second is shared by every figure of one launch); `df`, the degrees of freedom of the within-launch error
     (estimated from the requests; 0: taken as known)."""
@@ -57,7 +59,7 @@ def _metric(metric: str) -> Metric:
 
 
 def estimate(records: list[dict], metric: str, context: int, concurrency: int, launch_cv: float,
-             workload: str | None = None) -> Estimate | None:
+             workload: str | None = None) -> ScreenedFigure | None:
     """The screened figure of one regime cell (of `workload`, when records name one) with its relative standard
     error, or None when not measured. Every figure is ddsweep.figures'; throughput is over the whole cell, the
     figure whose within-launch error `_wall_rel_se` models (the decisions take the steady-state window)."""
@@ -69,7 +71,7 @@ def estimate(records: list[dict], metric: str, context: int, concurrency: int, l
         value = whole_output_throughput(measured)
         if value is None or value <= 0:
             return None
-        return Estimate(value, _wall_rel_se(cell, concurrency), launch_cv, max(0, len(cell) - 1))
+        return ScreenedFigure(value, _wall_rel_se(cell, concurrency), launch_cv, max(0, len(cell) - 1))
     value = definition.cell(measured)
     if value is None or value <= 0:
         return None
@@ -77,19 +79,18 @@ def estimate(records: list[dict], metric: str, context: int, concurrency: int, l
     within = 0.0
     if len(per_request) > 1 and statistics.fmean(per_request) > 0:
         within = statistics.stdev(per_request) / statistics.fmean(per_request) / math.sqrt(len(per_request))
-    return Estimate(value, within, launch_cv, max(0, len(per_request) - 1))
+    return ScreenedFigure(value, within, launch_cv, max(0, len(per_request) - 1))
 
 
 @functools.cache
 def _normal_max_moments(n: int) -> tuple[float, float]:
-    """Mean and standard deviation of the largest of `n` standard normal draws (numerical integration)."""
-    step, mean, second = 0.002, 0.0, 0.0
-    for i in range(-4000, 4001):
-        x = i * step
-        cdf = 0.5 * (1 + math.erf(x / math.sqrt(2)))
-        density = n * math.exp(-x * x / 2) / math.sqrt(2 * math.pi) * cdf ** (n - 1)
-        mean += x * density * step
-        second += x * x * density * step
+    """Mean and standard deviation of the largest of `n` standard normal draws: the moments of the density
+    n·φ(x)·Φ(x)^(n−1), integrated numerically (Φ^(n−1) on the log scale, so a large `n` does not underflow)."""
+    def density(x: float) -> float:
+        return n * math.exp(-x * x / 2 + (n - 1) * special.log_ndtr(x)) / math.sqrt(2 * math.pi)
+
+    mean = integrate.quad(lambda x: x * density(x), -math.inf, math.inf)[0]
+    second = integrate.quad(lambda x: x * x * density(x), -math.inf, math.inf)[0]
     return mean, math.sqrt(max(0.0, second - mean * mean))
 
 
@@ -113,7 +114,7 @@ def _wall_rel_se(cell: list[dict], concurrency: int) -> float:
     return math.sqrt(waves) * sd * top_sd / (waves * (mean + sd * top_mean))
 
 
-def combine(estimates: list[Estimate]) -> Estimate | None:
+def combine(estimates: list[ScreenedFigure]) -> ScreenedFigure | None:
     """One figure from several launches of a point: the geometric mean of the launches' figures; its within-launch
     error is the launches' errors pooled, and the between-launch error shrinks with the square root of the number
     of launches."""
@@ -122,13 +123,13 @@ def combine(estimates: list[Estimate]) -> Estimate | None:
     n = len(estimates)
     value = math.exp(statistics.fmean(math.log(e.value) for e in estimates))
     within = math.sqrt(sum(e.within ** 2 for e in estimates)) / n
-    return Estimate(value, within, estimates[0].launch / math.sqrt(n), sum(e.df for e in estimates))
+    return ScreenedFigure(value, within, estimates[0].launch / math.sqrt(n), sum(e.df for e in estimates))
 
 
-def regime_scores(config: dict, launches: dict[str, list[list[dict]]]) -> dict[str, dict[str, Estimate]]:
+def regime_scores(config: dict, launches: dict[str, list[list[dict]]]) -> dict[str, dict[str, ScreenedFigure]]:
     """Per regime, each point's figure over its launches (higher is better: lower-is-better metrics inverted)."""
     launch_cv = screen_settings(config)["launch_cv"]
-    out: dict[str, dict[str, Estimate]] = {}
+    out: dict[str, dict[str, ScreenedFigure]] = {}
     for regime in config.get("analysis", {}).get("regimes", []):
         metric, scores = regime["metric"], {}
         for pid, runs in launches.items():
@@ -137,12 +138,13 @@ def regime_scores(config: dict, launches: dict[str, list[list[dict]]]) -> dict[s
                                              primary_workload(config))) is not None])
             if est is not None:
                 value = 1.0 / est.value if metric in LOWER_IS_BETTER else est.value
-                scores[pid] = Estimate(value, est.within, est.launch, est.df)
+                scores[pid] = ScreenedFigure(value, est.within, est.launch, est.df)
         out[regime["name"]] = scores
     return out
 
 
-def priority_scores(config: dict, per_regime: dict[str, dict[str, Estimate]]) -> dict[str, dict[str, Estimate]]:
+def priority_scores(config: dict, per_regime: dict[str, dict[str, ScreenedFigure]]
+                    ) -> dict[str, dict[str, ScreenedFigure]]:
     """Per priority, each point's weighted geometric mean of its regime figures relative to each regime's best,
     the summary's priority score (docs/statistics.md), for the points measured in every regime the priority weighs.
     On the log scale the errors add with the weights; the launch's part is one factor shared by every regime."""
@@ -160,7 +162,7 @@ def priority_scores(config: dict, per_regime: dict[str, dict[str, Estimate]]) ->
             value = math.exp(sum(f * math.log(e.value / top) for f, e, top in parts))
             within = math.sqrt(sum((f * e.within) ** 2 for f, e, _ in parts))
             launch = sum(f * e.launch for f, e, _ in parts)  # one launch: the same factor in every regime
-            scores[pid] = Estimate(value, within, launch, min(e.df for _, e, _ in parts))
+            scores[pid] = ScreenedFigure(value, within, launch, min(e.df for _, e, _ in parts))
         out[name] = scores
     return out
 
@@ -189,4 +191,4 @@ def load_screen(screen_dir: Path, point_ids: list[str]) -> tuple[dict[str, list[
 
 def two_sided_z(confidence: float) -> float:
     """The two-sided normal quantile of `confidence`."""
-    return statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    return float(stats.norm.ppf(0.5 + confidence / 2))

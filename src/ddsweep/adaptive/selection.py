@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddsweep.adaptive.refinement import refine_candidates
-from ddsweep.adaptive.screening import Estimate, load_screen, priority_scores, regime_scores, two_sided_z
+from ddsweep.adaptive.screening import ScreenedFigure, load_screen, priority_scores, regime_scores, two_sided_z
 from ddsweep.adaptive.stages import baseline_ids, screen_settings
 
 
@@ -74,7 +74,7 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.0f}%".replace("-", "\u2212")
 
 
-def bands(scores: dict[str, Estimate], where: str, confidence: float) -> list[Verdict]:
+def bands(scores: dict[str, ScreenedFigure], where: str, confidence: float) -> list[Verdict]:
     """Every point's relative difference to the best of `scores` with its band, ±√(h_p² + h_best²) on the log
     scale, h each figure's half width at `confidence` (z·se, the within-launch part at Student's t), best first,
     then by figure."""
@@ -91,7 +91,7 @@ def bands(scores: dict[str, Estimate], where: str, confidence: float) -> list[Ve
     return out
 
 
-def _compare(scores: dict[str, Estimate], where: str, confidence: float, dropped: dict[str, Verdict],
+def _compare(scores: dict[str, ScreenedFigure], where: str, confidence: float, dropped: dict[str, Verdict],
              tolerance: float = 0.0, keep_at_most: int | None = None) -> str | None:
     """Drop from `scores` every point whose band of the relative difference to the best lies below +`tolerance`
     (clearly worse, or at most a near-tie), then, with `keep_at_most`, every remaining point ranked below that

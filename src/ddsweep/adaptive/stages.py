@@ -13,7 +13,8 @@ import copy
 
 from ddsweep.adaptive.refinement import refine_candidates
 from ddsweep.config.plan import benchmark_cells, cell_share, estimate_minutes, running_points
-from ddsweep.config.study import Point, expand_points, point_record
+from ddsweep.config.points import Point, expand_points
+from ddsweep.config.records import point_record
 
 STAGES = ("screen", "refine", "confirm", "settle")  # the adaptive stages, in order
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddsweep.analysis.results import PointRecord, ResolvedRegime, same_knob, window_label
+from ddsweep.analysis.regimes import ResolvedRegime
+from ddsweep.analysis.results import PointRecord, same_knob, window_label
 
 if TYPE_CHECKING:
     from ddsweep.analysis.decisions import Decisions

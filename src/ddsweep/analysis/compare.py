@@ -25,7 +25,8 @@ from ddsweep.analysis.decisions import Decisions, Settings, analyse, ratio_text
 from ddsweep.analysis.document import jsonable
 from ddsweep.analysis.first_screen import recommend
 from ddsweep.analysis.launch import launch_of
-from ddsweep.analysis.results import Regime, ResultSet, load_results, repeat_values
+from ddsweep.analysis.regimes import Regime, repeat_values
+from ddsweep.analysis.results import ResultSet, load_results
 from ddsweep.analysis.statistics import log_difference
 from ddsweep.storage import write_text_atomic
 

@@ -14,23 +14,12 @@ fall on a real engine), naming the disagreeing series.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ddsweep.analysis.results import (
-    KNOBS,
-    PointRecord,
-    Regime,
-    ResolvedRegime,
-    ResultSet,
-    is_missing,
-    resolve_regime,
-    same_knob,
-    window_label,
-)
+from ddsweep.analysis.regimes import Regime, ResolvedRegime, resolve_regime
+from ddsweep.analysis.results import KNOBS, PointRecord, ResultSet, is_missing, same_knob, window_label
+from ddsweep.analysis.settings import Settings
 from ddsweep.analysis.statistics import Estimate
-
-if TYPE_CHECKING:
-    from ddsweep.analysis.decisions import Settings
 
 MAX_LIST = 12
 

@@ -21,7 +21,8 @@ from ddsweep.analysis.first_screen import decision_block
 from ddsweep.analysis.load_levels import load_levels
 from ddsweep.analysis.measurement import verification_caveats, workload_caveats
 from ddsweep.analysis.operations import failed_points_caveat, mixed_hosts_caveat
-from ddsweep.analysis.results import KNOBS, METRIC_LABELS, ResolvedRegime, ar_point_id, window_label
+from ddsweep.analysis.regimes import ResolvedRegime
+from ddsweep.analysis.results import KNOBS, METRIC_LABELS, ar_point_id, window_label
 from ddsweep.analysis.statistics import Estimate
 
 SCHEMA_VERSION = 2

@@ -15,16 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddsweep.analysis.results import (
-    KNOBS,
-    PointRecord,
-    Regime,
-    ResolvedRegime,
-    ResultSet,
-    load_directories,
-    resolve_regime,
-    window_label,
-)
+from ddsweep.analysis.regimes import Regime, ResolvedRegime, resolve_regime
+from ddsweep.analysis.results import KNOBS, PointRecord, ResultSet, load_directories, window_label
 from ddsweep.analysis.statistics import Estimate
 
 

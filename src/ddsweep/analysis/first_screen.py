@@ -10,7 +10,8 @@ from typing import Any
 
 from ddsweep.analysis.decisions import Decisions, PriorityPick
 from ddsweep.analysis.launch import launch_of
-from ddsweep.analysis.results import ResolvedRegime, ar_point_id
+from ddsweep.analysis.regimes import ResolvedRegime
+from ddsweep.analysis.results import ar_point_id
 from ddsweep.analysis.statistics import Estimate
 from ddsweep.analysis.ties import RULE, point_cost
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from ddsweep.analysis.decisions import Decisions, ratio_text, regime_outcome
-from ddsweep.analysis.results import Regime, ResultSet, ar_point_id, resolve_regime
+from ddsweep.analysis.regimes import Regime, resolve_regime
+from ddsweep.analysis.results import ResultSet, ar_point_id
 from ddsweep.analysis.ties import RULE, cheapest
 
 METRIC = "output_throughput_tok_s"

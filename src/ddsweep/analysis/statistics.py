@@ -12,50 +12,20 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
-
-def t_cdf(t: float, df: int) -> float:
-    """Cumulative distribution function of Student's t with an integer number of degrees of freedom (exact)."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    if math.isinf(t):
-        return 1.0 if t > 0 else 0.0
-    theta = math.atan(abs(t) / math.sqrt(df))
-    s, c2 = math.sin(theta), math.cos(theta) ** 2
-    if df % 2:
-        total, term = 0.0, math.cos(theta) if df > 1 else 0.0
-        for k in range(1, (df - 1) // 2 + 1):
-            total += term
-            term *= c2 * (2 * k) / (2 * k + 1)
-        inside = 2 / math.pi * (theta + s * total)
-    else:
-        total, term = 0.0, 1.0
-        for k in range(1, df // 2 + 1):
-            total += term
-            term *= c2 * (2 * k - 1) / (2 * k)
-        inside = s * total
-    return 0.5 + 0.5 * inside if t >= 0 else 0.5 - 0.5 * inside
+from scipy import stats
 
 
 def t_quantile(p: float, df: float) -> float:
-    """Inverse of :func:`t_cdf` by bisection; a fractional df (Welch) is rounded down, which is conservative."""
+    """Student's t quantile; a fractional df (Welch) is rounded down, which is conservative."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"probability must be within (0, 1), got {p}")
-    return _t_quantile(p, max(1, int(math.floor(df))))
+    return float(stats.t.ppf(p, _whole(df)))
 
 
-@lru_cache(maxsize=1024)
-def _t_quantile(p: float, dfi: int) -> float:
-    """Bisection for :func:`t_quantile` (cached: a summary needs few distinct quantiles)."""
-    low, high = -1e7, 1e7
-    for _ in range(100):
-        mid = (low + high) / 2.0
-        if t_cdf(mid, dfi) < p:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2.0
+def _whole(df: float) -> int:
+    """Degrees of freedom rounded down, at least 1."""
+    return max(1, int(math.floor(df)))
 
 
 @dataclass(frozen=True)
@@ -119,7 +89,7 @@ class LogDifference:
         gap = self.mean - math.log(threshold)
         if self.se == 0:
             return 0.0 if gap > 0 else 1.0
-        return 1.0 - t_cdf(gap / self.se, max(1, int(math.floor(self.df))))
+        return float(stats.t.sf(gap / self.se, _whole(self.df)))
 
 
 def log_difference(a: Mapping[int, float], b: Mapping[int, float]) -> LogDifference | None:

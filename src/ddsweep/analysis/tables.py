@@ -10,14 +10,8 @@ from typing import Any
 
 import pandas as pd
 
-from ddsweep.analysis.results import (
-    KNOBS,
-    ResolvedRegime,
-    ResultSet,
-    ar_point_id,
-    is_truncated,
-    read_coding_repeat,
-)
+from ddsweep.analysis.regimes import ResolvedRegime
+from ddsweep.analysis.results import KNOBS, ResultSet, ar_point_id, is_truncated, read_coding_repeat
 
 
 @dataclass

@@ -29,7 +29,7 @@ import httpx
 from ddsweep import storage
 from ddsweep.bench import metrics
 from ddsweep.bench.records import RequestRecord, cache_check, cell_figures, group_figures, run_request
-from ddsweep.bench.transport import _Transport, _transport
+from ddsweep.bench.transport import Transport, make_transport
 from ddsweep.bench.workloads import Prompt, PromptBuilder, Workload, WorkloadError
 from ddsweep.config.defaults import schema_default
 from ddsweep.config.plan import cell_requests
@@ -98,7 +98,7 @@ class _RunState:
     label: str = ""
 
 
-async def _run_cell(transport: _Transport, url: str, prompt_list: list[Prompt], records: list[RequestRecord],
+async def _run_cell(transport: Transport, url: str, prompt_list: list[Prompt], records: list[RequestRecord],
                     settings: BenchSettings, workload: Workload, concurrency: int,
                     sink: Callable[[RequestRecord], None], state: _RunState) -> None:
     """Run `records` (one per prompt) with at most `concurrency` in flight, closed-loop or Poisson arrivals."""
@@ -184,7 +184,7 @@ def plan_cells(settings: BenchSettings, order_seed: int) -> list[_Cell]:
     return plan
 
 
-async def _run_async(url: str, requests_path: Path, cells_path: Path, settings: BenchSettings, simulated: bool,
+async def run_benchmark_async(url: str, requests_path: Path, cells_path: Path, settings: BenchSettings, simulated: bool,
                      progress: Callable[[str], None]) -> dict:
     url = url.rstrip("/")
     requests_path.parent.mkdir(parents=True, exist_ok=True)
@@ -197,7 +197,7 @@ async def _run_async(url: str, requests_path: Path, cells_path: Path, settings: 
     except WorkloadError as exc:
         raise BenchmarkError(str(exc)) from exc
     tokenizer = _Tokenizer(url)
-    transport = _transport(settings.http_client)
+    transport = make_transport(settings.http_client)
     await transport.open(max(c.concurrency for c in plan) if plan else 1)
     with open(requests_path, "w", encoding="utf-8") as handle:
         await _run_matrix(url, cells_path, settings, plan, doc, handle, tokenizer, transport, progress)
@@ -222,7 +222,7 @@ def workload_summaries(settings: BenchSettings, cells: list[dict]) -> list[dict]
 
 
 async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan: list[_Cell], doc: dict,
-                      handle: Any, tokenizer: _Tokenizer, transport: _Transport,
+                      handle: Any, tokenizer: _Tokenizer, transport: Transport,
                       progress: Callable[[str], None]) -> None:
     simulated = doc["simulated"]
     state = _RunState()
@@ -312,11 +312,11 @@ def run_benchmark(url: str, out_dir: Path, settings: BenchSettings, simulated: b
                   progress: Callable[[str], None] | None = None) -> dict:
     """Run the whole matrix against `url`, write requests.jsonl and cells.json into `out_dir`, return cells.json."""
     out_dir = Path(out_dir)
-    return _arun(_run_async(url, out_dir / "requests.jsonl", out_dir / "cells.json", settings, simulated,
-                            progress or (lambda _: None)))
+    return run_coroutine(run_benchmark_async(url, out_dir / "requests.jsonl", out_dir / "cells.json", settings,
+                                             simulated, progress or (lambda _: None)))
 
 
-def _arun(coro: Any) -> Any:
+def run_coroutine(coro: Any) -> Any:
     """Run a coroutine on uvloop when it is installed (less client CPU per streamed chunk), else asyncio."""
     try:
         import uvloop

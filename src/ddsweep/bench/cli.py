@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from ddsweep import storage
-from ddsweep.bench.cells import BenchmarkError, BenchSettings, _arun, _run_async
+from ddsweep.bench.cells import BenchmarkError, BenchSettings, run_benchmark_async, run_coroutine
 from ddsweep.bench.transport import HTTP_CLIENTS
 from ddsweep.console import ProgressLine
 
@@ -90,7 +90,7 @@ def main(args: argparse.Namespace) -> int:
 
     progress = ProgressLine()
     try:
-        doc = _arun(_run_async(args.url, requests_path, out, settings, simulated, progress))
+        doc = run_coroutine(run_benchmark_async(args.url, requests_path, out, settings, simulated, progress))
     except (BenchmarkError, httpx.HTTPError, OSError) as exc:
         progress.close()
         what = str(exc) if isinstance(exc, BenchmarkError) else f"{type(exc).__name__}: {exc}"

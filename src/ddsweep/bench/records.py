@@ -13,7 +13,7 @@ import httpx
 
 from ddsweep import figures
 from ddsweep.bench import metrics
-from ddsweep.bench.transport import ProtocolError, _HttpError, _StreamState, _Transport
+from ddsweep.bench.transport import HttpError, ProtocolError, StreamState, Transport
 
 
 @dataclass
@@ -51,7 +51,7 @@ class RequestRecord:
 
 
 # --------------------------------------------------------------------------- one request
-async def run_request(transport: _Transport, url: str, prompt: str | list[int], max_new_tokens: int,
+async def run_request(transport: Transport, url: str, prompt: str | list[int], max_new_tokens: int,
                       record: RequestRecord, ignore_eos: bool = False) -> RequestRecord:
     """Send one streaming greedy /generate request (text, or token ids) and fill `record` with its stream.
 
@@ -67,10 +67,10 @@ async def run_request(transport: _Transport, url: str, prompt: str | list[int], 
     clock = time.perf_counter
     wall0, perf0 = time.time(), clock()
     record.start_ts = wall0
-    state = _StreamState(record.chunks)
+    state = StreamState(record.chunks)
     try:
         await transport.request(url + "/generate", payload, state)
-    except _HttpError as exc:
+    except HttpError as exc:
         record.error = str(exc)
     except (httpx.HTTPError, OSError, asyncio.IncompleteReadError, ProtocolError) as exc:
         record.error = f"{type(exc).__name__}: {exc or 'connection error'}"

@@ -1,7 +1,10 @@
 """HTTP/1.1 streaming clients for the benchmark: SSE parsing, an incremental response parser and transports.
 
 The default transport is a raw asyncio Protocol that timestamps every chunk as its bytes arrive; httpx and aiohttp
-transports are kept for comparison (benchmarks/README.md).
+transports are kept for comparison. The HTTP/1.1 client is written here rather than taken from a library because
+it measures closest to the server's own figures: in benchmarks/bench_client.py it stayed within 1% of the
+server's throughput at every concurrency up to 256, where aiohttp and httpx fell several percent short, as it
+timestamps each chunk as its bytes are read rather than when a task wakes (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def stream_error(data: bytes) -> str | None:
     return str(error) if error else None
 
 
-class _StreamState:
+class StreamState:
     """Progress of one streamed request, fed with every SSE data payload and the time its bytes arrived."""
 
     __slots__ = ("t0", "end", "tokens", "chunks", "done", "error", "final")
@@ -230,8 +233,8 @@ class HttpResponseParser:
 
 
 # --------------------------------------------------------------------------- HTTP transports
-class _Transport:
-    """Sends one streaming POST and feeds its SSE payloads to a _StreamState; one subclass per HTTP client."""
+class Transport:
+    """Sends one streaming POST and feeds its SSE payloads to a StreamState; one subclass per HTTP client."""
 
     async def open(self, connections: int) -> None:
         """Create the connection pool, sized for `connections` requests in flight."""
@@ -242,19 +245,19 @@ class _Transport:
     async def close(self) -> None:
         """Close the connection pool."""
 
-    async def request(self, url: str, payload: dict, state: _StreamState) -> None:
-        """POST `payload`, call `state.sent`, feed payloads until it returns False; _HttpError on a non-200."""
+    async def request(self, url: str, payload: dict, state: StreamState) -> None:
+        """POST `payload`, call `state.sent`, feed payloads until it returns False; HttpError on a non-200."""
         raise NotImplementedError
 
 
-class _HttpError(Exception):
+class HttpError(Exception):
     """A non-200 response."""
 
 
-def _http_error(status: int, body: bytes) -> _HttpError:
+def _http_error(status: int, body: bytes) -> HttpError:
     """The error of a non-200 answer, with the server's message where its body is SGLang's error object."""
     message = stream_error(body) if body.startswith(b"{") else None
-    return _HttpError(f"HTTP {status}: {message if message is not None else body[:200].decode('utf-8', 'replace')}")
+    return HttpError(f"HTTP {status}: {message if message is not None else body[:200].decode('utf-8', 'replace')}")
 
 
 class _StaleConnection(ConnectionResetError):
@@ -278,7 +281,7 @@ class _RawConnection(asyncio.Protocol):
         """Keep the transport."""
         self.transport = transport
 
-    def begin(self, state: _StreamState) -> asyncio.Future:
+    def begin(self, state: StreamState) -> asyncio.Future:
         """Expect a response whose events go to `state`; the returned future resolves when it is over."""
         self._sse = SseLines(state.feed)
         self._parser = HttpResponseParser(self._body)
@@ -350,7 +353,7 @@ def _endpoint(url: str) -> tuple[str, str, int]:
     return parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
 
 
-class _RawTransport(_Transport):
+class _RawTransport(Transport):
     """HTTP/1.1 on a raw asyncio Protocol: one connection per in-flight request, reused when kept alive."""
 
     async def open(self, connections: int) -> None:
@@ -384,7 +387,7 @@ class _RawTransport(_Transport):
         _, conn = await asyncio.get_running_loop().create_connection(_RawConnection, host, port, ssl=ctx)
         return conn
 
-    async def request(self, url: str, payload: dict, state: _StreamState) -> None:
+    async def request(self, url: str, payload: dict, state: StreamState) -> None:
         """Send the request on a pooled connection and wait until the stream is over.
 
         A kept-alive connection the server closed while idle (its keep-alive timeout) fails before any response
@@ -430,14 +433,14 @@ class _RawTransport(_Transport):
             conn.transport.abort()
 
     @staticmethod
-    async def _exchange(conn: _RawConnection, message: bytes, state: _StreamState) -> None:
+    async def _exchange(conn: _RawConnection, message: bytes, state: StreamState) -> None:
         waiter = conn.begin(state)
         conn.transport.write(message)
         state.sent(time.perf_counter())
         await waiter
 
 
-class _HttpxTransport(_Transport):
+class _HttpxTransport(Transport):
     """httpx.AsyncClient transport."""
 
     async def open(self, connections: int) -> None:
@@ -449,7 +452,7 @@ class _HttpxTransport(_Transport):
         """Close the client."""
         await self.client.aclose()
 
-    async def request(self, url: str, payload: dict, state: _StreamState) -> None:
+    async def request(self, url: str, payload: dict, state: StreamState) -> None:
         """Stream SSE data payloads via httpx, timestamped as each line is handed over."""
         clock = time.perf_counter
         state.sent(clock())
@@ -461,7 +464,7 @@ class _HttpxTransport(_Transport):
                     return
 
 
-class _AiohttpTransport(_Transport):
+class _AiohttpTransport(Transport):
     """aiohttp.ClientSession transport."""
 
     async def open(self, connections: int) -> None:
@@ -476,7 +479,7 @@ class _AiohttpTransport(_Transport):
         """Close the session."""
         await self.session.close()
 
-    async def request(self, url: str, payload: dict, state: _StreamState) -> None:
+    async def request(self, url: str, payload: dict, state: StreamState) -> None:
         """Stream SSE data payloads via aiohttp, timestamped as each line is handed over."""
         clock = time.perf_counter
         state.sent(clock())
@@ -488,7 +491,7 @@ class _AiohttpTransport(_Transport):
                     return
 
 
-def _transport(name: str) -> _Transport:
+def make_transport(name: str) -> Transport:
     if name == "asyncio":
         return _RawTransport()
     if name == "httpx":

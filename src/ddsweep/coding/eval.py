@@ -14,17 +14,12 @@ from pathlib import Path
 import httpx
 
 from ddsweep.coding.extraction import extract_code
-from ddsweep.coding.humaneval import Problem, select_problems
+from ddsweep.coding.humaneval import Problem, instruction, select_problems
 from ddsweep.coding.lossless import compare_outputs
 from ddsweep.coding.sandbox import ISOLATION_CHOICES, IsolationError, Sandbox
 from ddsweep.config.defaults import schema_default
 from ddsweep.console import ProgressLine
 from ddsweep.storage import write_json_atomic, write_jsonl_atomic
-
-INSTRUCTION = (
-    "Complete the following Python function. Answer with the complete function (its signature, body and any "
-    "imports or helpers it needs) in a single ```python code block.\n\n```python\n{prompt}```"
-)
 
 
 @dataclass
@@ -88,7 +83,7 @@ def _spec_verify_ct(body: dict) -> int | None:
 
 def build_messages(problem: Problem) -> list[dict]:
     """The chat messages that ask the model to complete `problem`."""
-    return [{"role": "user", "content": INSTRUCTION.format(prompt=problem.prompt)}]
+    return [{"role": "user", "content": instruction(problem.prompt)}]
 
 
 def resolve_model(client: httpx.Client, url: str, configured: str | None) -> str:

@@ -10,6 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DATA_FILE = "data/HumanEval.jsonl.gz"
+# The one user message that asks for a problem's solution: the coding eval's, and the benchmark coding workload's.
+INSTRUCTION = (
+    "Complete the following Python function. Answer with the complete function (its signature, body and any "
+    "imports or helpers it needs) in a single ```python code block.\n\n```python\n{prompt}```"
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,11 @@ class Problem:
     def sandbox_job(self, code: str) -> tuple[str, str, str]:
         """The (program, tests, entry point) triple that Sandbox.run takes to test `code` on this problem."""
         return code, self.judge_program(), self.entry_point
+
+
+def instruction(prompt: str) -> str:
+    """The user message asking to complete the function `prompt` (a HumanEval problem's prompt)."""
+    return INSTRUCTION.replace("{prompt}", prompt)
 
 
 def data_path() -> Path:

@@ -40,6 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from ddsweep.coding.isolation import build_command, default_hidden_paths
 
 ISOLATION_MODES = ("bubblewrap", "unshare", "rlimits-only")
@@ -391,16 +393,8 @@ def _shutdown(running: dict, spawner: ThreadPoolExecutor) -> None:
 
 
 def _pids_of_user(uid: int) -> list[int]:
-    """Process ids whose real uid is `uid`, from /proc (this host's PID namespace)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            with contextlib.suppress(OSError, StopIteration):
-                status = Path(f"/proc/{name}/status").read_text(errors="replace")
-                line = next(x for x in status.splitlines() if x.startswith("Uid:"))
-                if int(line.split()[1]) == uid:
-                    found.append(int(name))
-    return found
+    """Process ids whose real uid is `uid` (this host's PID namespace)."""
+    return [proc.pid for proc in psutil.process_iter(["uids"]) if proc.info["uids"] and proc.info["uids"].real == uid]
 
 
 def _user_process_count(uid: int) -> int:

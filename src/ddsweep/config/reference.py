@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ddsweep.config.study import Point, expand_points, point_record
+from ddsweep.config.points import Point, expand_points
+from ddsweep.config.records import point_record
 from ddsweep.storage import write_json_atomic
 
 HOST_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -1,14 +1,12 @@
-"""Study configuration: loading, schema and semantic validation, sweep expansion and `ddsweep plan`."""
+"""Study configuration: loading, schema and semantic validation, point records and `ddsweep validate`."""
 
 from __future__ import annotations
 
 import argparse
 import copy
-import itertools
 import json
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,57 +15,21 @@ import yaml
 
 from ddsweep.config.defaults import load_schema
 from ddsweep.config.knobs import (
-    BY_NAME,
     KIND_KNOBS,
-    KNOBS,
     SERVER_PLACEHOLDERS,
     ExpressionError,
     check_tree_rule,
-    compile_expression,
     effective_tree,
-    evaluate,
     placeholders,
-    server_preset,
     unverified_knobs,
 )
+from ddsweep.config.plan import plan_points
+from ddsweep.config.points import ConfigError, Point, compile_constraint, expand_points
 from ddsweep.figures import METRICS
 from ddsweep.storage import write_text_atomic
 
 CODING_PROBLEMS = 164
 DEMO_HINT = "to try the pipeline without a GPU, run the demo: snakemake --cores all --configfile .test/config.yaml"
-
-
-class ConfigError(ValueError):
-    """A study configuration that breaks a rule; the message names the key and the rule."""
-
-
-@dataclass(frozen=True)
-class Point:
-    """One sweep point: a preset and the knob values it is started with."""
-
-    preset: str
-    kind: str
-    budget: int | None = None
-    topk: int | None = None
-    block_size: int | None = None
-    window: int | None = None
-
-    @property
-    def knobs(self) -> dict[str, int | None]:
-        """The four knobs, None where they do not apply."""
-        return {k: getattr(self, k) for k in KNOBS}
-
-    @property
-    def point_id(self) -> str:
-        """A stable, readable id such as `bs8-b8-t4-w2048`, `dflash-bs8` or `ar`."""
-        window = "off" if self.window is None else str(self.window)
-        if self.kind == "ddtree":
-            body = f"bs{self.block_size}-b{self.budget}-t{self.topk}-w{window}"
-            return body if self.preset == "ddtree" else f"{self.preset}-{body}"
-        if self.kind == "dflash":
-            body = f"bs{self.block_size}" + ("" if self.window is None else f"-w{self.window}")
-            return f"{self.preset}-{body}"
-        return self.preset
 
 
 def _key_path(parts: Any) -> str:
@@ -205,77 +167,10 @@ def _check_presets(config: dict) -> None:
                                   "(the interpreter running ddsweep) is allowed here")
 
 
-def _compile_constraint(expression: str, where: str) -> Any:
-    """Parse a constraint into a code object, allowing only comparisons and arithmetic over the knobs."""
-    try:
-        return compile_expression(expression, where)
-    except ExpressionError as exc:
-        raise ConfigError(str(exc)) from exc
-
-
 def _check_constraints(config: dict) -> None:
     """Constraints must parse (checked before expansion, so the error names the constraint)."""
     for i, expression in enumerate(config["sweep"]["constraints"]):
-        _compile_constraint(expression, f"sweep.constraints[{i}]")
-
-
-def _make_point(config: dict, spec: Mapping[str, Any], where: str) -> Point:
-    """Build a Point from a mapping of preset and knobs, checking the knobs fit the preset's kind."""
-    preset_name = spec["preset"]
-    presets = config["engine"]["presets"]
-    if preset_name not in presets:
-        raise ConfigError(f"{where}.preset: unknown preset {preset_name!r}; "
-                          f"defined in engine.presets: {', '.join(presets)}")
-    kind = presets[preset_name]["kind"]
-    used = KIND_KNOBS[kind]
-    values = {k: spec.get(k) for k in KNOBS}
-    for knob in KNOBS:
-        if knob not in used and values[knob] is not None:
-            raise ConfigError(f"{where}.{knob}: a point of kind {kind} has no {knob} (preset {preset_name!r})")
-    for knob in used:
-        if not BY_NAME[knob].optional and values[knob] is None:
-            raise ConfigError(f"{where}.{knob}: a point of kind {kind} needs {knob}")
-        value = values[knob]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, BY_NAME[knob].type) or value < 1):
-            raise ConfigError(f"{where}.{knob}: must be a positive integer, got {value!r}")
-    if values["window"] is not None and values["block_size"] is not None and values["window"] < values["block_size"]:
-        raise ConfigError(f"{where}.window: window {values['window']} is smaller than block_size "
-                          f"{values['block_size']}; the drafter's sliding window must hold a whole block "
-                          "(window >= block_size)")
-    return Point(preset=preset_name, kind=kind, **values)
-
-
-def expand_points(config: dict) -> list[Point]:
-    """Expand baselines, the grid (filtered by constraints) and explicit points, in that order."""
-    points: list[tuple[Point, str]] = []
-    baselines = config["baselines"]
-    if baselines["ar"]:
-        points.append((_make_point(config, {"preset": baselines["ar_preset"]}, "baselines.ar"), "baselines.ar"))
-    dflash = baselines.get("dflash")
-    if dflash:
-        presets = [dflash["preset"], *([dflash["no_overlap_preset"]] if dflash.get("no_overlap_preset") else [])]
-        for preset, bs, window in itertools.product(presets, dflash["block_size"], dflash["window"]):
-            where = "baselines.dflash" + (".no_overlap_preset" if preset != dflash["preset"] else "")
-            spec = {"preset": preset, "block_size": bs, "window": window}
-            points.append((_make_point(config, spec, where), where))
-    sweep = config["sweep"]
-    grid = sweep.get("grid")
-    if grid:
-        constraints = [_compile_constraint(c, f"sweep.constraints[{i}]") for i, c in enumerate(sweep["constraints"])]
-        for values in itertools.product(grid["budget"], grid["topk"], grid["block_size"], grid["window"]):
-            knobs = dict(zip(KNOBS, values, strict=True))
-            if all(evaluate(code, knobs) for code in constraints):
-                spec = {"preset": sweep["preset"], **knobs}
-                points.append((_make_point(config, spec, "sweep.grid"), "sweep.grid"))
-    for i, spec in enumerate(sweep["points"]):
-        points.append((_make_point(config, spec, f"sweep.points[{i}]"), f"sweep.points[{i}]"))
-    seen: dict[str, str] = {}
-    for point, where in points:
-        if point.point_id in seen:
-            raise ConfigError(f"{where}: duplicate point {point.point_id!r} (already defined by "
-                              f"{seen[point.point_id]}); each point must appear once")
-        seen[point.point_id] = where
-    return [point for point, _ in points]
+        compile_constraint(expression, f"sweep.constraints[{i}]")
 
 
 def _check_trees(config: dict, points: list[Point]) -> None:
@@ -384,8 +279,6 @@ def _check_reference(config: dict, points: list[Point]) -> None:
         return
     if wanted not in ids:
         raise ConfigError(f"sweep.reference.point: no configured point {wanted!r}; known: {', '.join(ids)}")
-    from ddsweep.config.plan import plan_points  # plan builds on this module
-
     planned = next(p for p in plan_points(config) if p.point.point_id == wanted)
     if not planned.runs:
         raise ConfigError(f"sweep.reference.point: {wanted!r} does not run, it is an alias of {planned.group!r} "
@@ -408,37 +301,6 @@ def configured_point_ids(config: Mapping[str, Any] | None) -> list[str] | None:
         return [p.point_id for p in expand_points(validate_config(config))]
     except ConfigError:
         return None
-
-
-def coding_settings(config: dict, point: Point) -> dict:
-    """The coding eval of one point: the configured subset, or every problem for `ar` with
-    `coding_eval.full_on_ar`."""
-    coding = {k: v for k, v in config["coding_eval"].items() if k != "full_on_ar"}  # resolved here: turning it
-    if config["coding_eval"].get("full_on_ar") and point.kind == "ar":             # on reruns only ar
-        coding.update(limit=None, task_ids=None)
-    return coding
-
-
-def point_record(config: dict, point: Point) -> dict:
-    """Everything one point's job needs, as plain data (the workflow passes it to `ddsweep run-point`)."""
-    preset = config["engine"]["presets"][point.preset]
-    return {
-        "study": config["study"],
-        "point_id": point.point_id,
-        "simulated": bool(config.get("simulated", False)),
-        "point": asdict(point),
-        "target": config["target"],
-        "drafter": config["drafter"],
-        "engine": {k: v for k, v in config["engine"].items() if k != "presets"},
-        "preset": server_preset(preset),
-        "failure_patterns": preset.get("failure_patterns") or {},
-        "benchmark": config["benchmark"],
-        "coding_eval": coding_settings(config, point),
-        # only for multi-node points, so that single-node records (and their Snakemake params) stay as they were
-        **({"group": {"nnodes": nodes, "gpus_per_node": config["resources"]["gpus"],
-                      "cpus_per_task": config["resources"]["cpus_per_task"]}}
-           if (nodes := config["resources"]["nodes"]) > 1 else {}),
-    }
 
 
 def config_from_args(args: argparse.Namespace) -> dict:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from ddsweep.config.knobs import KNOBS, unverified_knobs
 
@@ -272,41 +273,32 @@ def _signal_pid(pid: int, sig: signal.Signals) -> None:
 
 
 def owned_processes(token: str) -> list[int]:
-    """Live pids whose environment carries our owner token (Linux /proc), including setsid'd daemons."""
-    needle = f"{OWNER_ENV}={token}".encode()
+    """Live pids whose environment carries our owner token, including setsid'd daemons (other users'
+    processes, whose environment cannot be read, are not ours)."""
     pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                if state != "Z":
-                    pids.append(int(entry.name))
-        except OSError:
-            continue
+    for proc in psutil.process_iter(["status"]):
+        with contextlib.suppress(psutil.Error):
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.environ().get(OWNER_ENV) == token:
+                pids.append(proc.pid)
     return pids
 
 
+def _listens_on(connection: Any, port: int) -> bool:
+    """Whether a psutil connection is a TCP socket listening on `port`."""
+    return connection.status == psutil.CONN_LISTEN and bool(connection.laddr) and connection.laddr.port == port
+
+
 def listener_owned(port: int, token: str) -> bool | None:
-    """Whether the socket listening on `port` belongs to a process carrying our owner token (None: unknown)."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(f"socket:[{fields[9]}]")
-    if not inodes:
-        return None
+    """Whether the socket listening on `port` belongs to a process carrying our owner token (None: nothing
+    listens, or the system does not show whose socket it is)."""
     for pid in owned_processes(token):
-        with contextlib.suppress(OSError):
-            if any(os.readlink(fd) in inodes for fd in Path(f"/proc/{pid}/fd").iterdir()):
+        with contextlib.suppress(psutil.Error):
+            if any(_listens_on(c, port) for c in psutil.Process(pid).net_connections(kind="tcp")):
                 return True
-    return False
+    try:
+        return False if any(_listens_on(c, port) for c in psutil.net_connections(kind="tcp")) else None
+    except psutil.AccessDenied:  # macOS shows other processes' sockets to root only
+        return None
 
 
 def _same(expected: Any, actual: Any) -> bool:

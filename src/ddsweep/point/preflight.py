@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ddsweep.config.records import point_record
 from ddsweep.config.study import (
     DEMO_HINT,
     ConfigError,
     Point,
     config_from_args,
     expand_points,
-    point_record,
 )
 from ddsweep.point.lifecycle import render_server
 from ddsweep.storage import write_json_atomic

@@ -23,7 +23,8 @@ from typing import Any
 
 from ddsweep.config.knobs import KNOBS
 from ddsweep.config.operational import with_operations
-from ddsweep.config.study import DEMO_HINT, ConfigError, find_point, load_config, point_record
+from ddsweep.config.records import point_record
+from ddsweep.config.study import DEMO_HINT, ConfigError, find_point, load_config
 from ddsweep.point.environment import collect_environment
 from ddsweep.point.failures import Classification, classify, previous_failure, record_digest
 from ddsweep.point.gpus import check_gpus

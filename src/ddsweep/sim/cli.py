@@ -23,7 +23,8 @@ from typing import Any
 from ddsweep.config.knobs import KNOBS
 from ddsweep.sim import contract as sglang_contract
 from ddsweep.sim.model import Knobs, ModelParams, stable_hash
-from ddsweep.sim.server import FAULT_KINDS, Fault, SimSettings, log, run
+from ddsweep.sim.records import Fault, SimSettings
+from ddsweep.sim.server import FAULT_KINDS, log, run
 
 DEFAULT_BUDGET = 16
 DEFAULT_TOPK = 8

@@ -1,8 +1,8 @@
 """The stand-in SGLang server: endpoints, a continuous-batching scheduler loop, fault injection.
 
-Longer than the ~500-line guide because the endpoints, the scheduler loop and the faults share one server state;
-the HTTP layer (`http`), the timing and acceptance model (`model`) and SGLang's request checks (`contract`) are
-sibling modules.
+The endpoints, the scheduler loop and the faults share one server state; the HTTP layer (`http`), the records
+(`records`), the OpenAI-compatible endpoints (`openai`), the timing and acceptance model (`model`) and SGLang's
+request checks (`contract`) are sibling modules.
 """
 
 from __future__ import annotations
@@ -19,20 +19,17 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from ddsweep import __version__
 from ddsweep.sim import tokenizer
 from ddsweep.sim.cache import PrefixCache
-from ddsweep.sim.contract import Contract, check_request, context_refusal
+from ddsweep.sim.contract import check_request, context_refusal
 from ddsweep.sim.contract import server_info as build_info
 from ddsweep.sim.http import Connection, HttpRequest
 from ddsweep.sim.model import (
     AcceptanceSampler,
-    Knobs,
-    ModelParams,
     expected_accept_length,
     generate_pieces,
     is_lossy_prompt,
@@ -42,8 +39,9 @@ from ddsweep.sim.model import (
     stable_hash,
     step_time_s,
 )
+from ddsweep.sim.openai import OpenAIEndpoints, render_chat
+from ddsweep.sim.records import GenRequest, SimSettings
 
-EOS_TOKEN_ID = 151645
 CONTEXT_LENGTH = 262144
 FAULT_KINDS = ("exit-during-startup", "never-healthy", "crash-after", "hang", "error-rate", "malformed-rate",
                "cut-stream-rate", "ignore-sigterm", "slow-shutdown", "spawn-child", "ignore-knob", "lossy",
@@ -53,84 +51,7 @@ ABORT_MESSAGE = "Retracted under decode memory pressure without a KV backup. Ret
 ABORT_STATUS = 503
 AR_MAX_RUNNING = 4096  # the stand-in's stand-in for a memory-derived limit
 LOG_EVERY_STEPS = 40
-# The meta_info keys SGLang 0.5.23 copies into an OpenAI response's sglext.spec_tokens_details.
-SPEC_DETAIL_KEYS = ("spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",
-                    "spec_verify_ct")
 RENDERED_CACHE = 4096  # templated prompts remembered by /tokenize, so /generate input_ids can be traced back
-
-
-@dataclass(frozen=True)
-class Fault:
-    """One injected fault: its kind and optional argument (a count, a fraction, seconds or a knob name)."""
-
-    kind: str
-    arg: str | None = None
-
-
-@dataclass
-class SimSettings:
-    """Everything the stand-in needs to run: address, applied knobs, model parameters, faults."""
-
-    host: str
-    port: int
-    model_path: str
-    served_model_name: str
-    knobs: Knobs
-    params: ModelParams
-    seed: int = 0
-    startup_delay_s: float = 0.0
-    faults: list[Fault] = field(default_factory=list)
-    server_args: dict[str, Any] = field(default_factory=dict)
-    strict: bool = False
-    contract: Contract = field(default_factory=lambda: Contract(False, "built without a contract"))
-    launch_command: str = ""
-    prompt_log: str | None = None
-
-    def fault(self, kind: str) -> Fault | None:
-        """The first fault of `kind`, if injected."""
-        return next((f for f in self.faults if f.kind == kind), None)
-
-
-@dataclass
-class GenRequest:
-    """One generation in flight in the scheduler."""
-
-    rid: str
-    prompt: str
-    prompt_tokens: int
-    pieces: list[str]
-    finish_type: str
-    max_new_tokens: int
-    sampler: AcceptanceSampler
-    on_step: Callable[[GenRequest, str], None]
-    on_done: Callable[[GenRequest], None]
-    record: bool = True
-    arrival_ts: float = 0.0
-    first_token_ts: float | None = None
-    last_token_ts: float | None = None
-    completion_tokens: int = 0
-    verify_ct: int = 0
-    text: str = ""
-    text_json: bytes = b""
-    cancelled: bool = False
-    cut_at: int | None = None
-    abort_at: int | None = None
-    malformed_at: int | None = None
-    cached_tokens: int = 0
-    steps: int = 0
-
-    @property
-    def done(self) -> bool:
-        """Whether every output token has been produced."""
-        return self.completion_tokens >= len(self.pieces)
-
-    def finish_reason(self) -> dict | None:
-        """SGLang's finish_reason object, or None while running."""
-        if not self.done:
-            return None
-        if self.finish_type == "length":
-            return {"type": "length", "length": self.max_new_tokens}
-        return {"type": "stop", "matched": EOS_TOKEN_ID}
 
 
 def log(message: str) -> None:
@@ -138,7 +59,7 @@ def log(message: str) -> None:
     print(message, flush=True)
 
 
-class SimServer:
+class SimServer(OpenAIEndpoints):
     """The HTTP application and scheduler of the stand-in."""
 
     def __init__(self, settings: SimSettings) -> None:
@@ -581,120 +502,6 @@ class SimServer:
 
     def _native_done(self, conn: Connection) -> None:
         conn.end_stream(b"data: [DONE]\n\n")
-
-    def _openai(self, conn: Connection, req: HttpRequest, chat: bool) -> None:
-        body = req.json()
-        if chat:
-            messages = body.get("messages") or []
-            prompt = render_chat(messages)
-            answer = self._coding(messages, self.s.seed) if self._coding else None
-        else:
-            prompt, answer = str(body.get("prompt", "")), None
-        max_new = int(body.get("max_completion_tokens") or body.get("max_tokens") or 2048)
-        ignore_eos = bool(body.get("ignore_eos", False))
-        stream = bool(body.get("stream", False))
-        handled, malformed, cut = self._admit_generate(conn)
-        if handled:
-            return
-        gen = self._new_request(prompt, max_new, ignore_eos, answer)
-        if self._refused_too_long(conn, gen.prompt_tokens, stream, openai=True):
-            return
-        conn.on_close = lambda: setattr(gen, "cancelled", True)
-        cid = ("chatcmpl-" if chat else "cmpl-") + gen.rid
-        obj = "chat.completion" if chat else "text_completion"
-        model = body.get("model") or self.s.served_model_name
-        created = int(time.time())
-
-        def choice(text: str, finish: str | None, delta: bool) -> dict:
-            if not chat:
-                return {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
-            key = "delta" if delta else "message"
-            msg = {"role": "assistant", "content": text} if not delta or text else {}
-            if not delta:
-                msg["reasoning_content"] = None
-            return {"index": 0, key: msg, "finish_reason": finish}
-
-        def usage(r: GenRequest) -> dict:
-            return {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
-                    "total_tokens": r.prompt_tokens + r.completion_tokens}
-
-        def finish_of(r: GenRequest) -> str:
-            return "length" if r.finish_type == "length" else "stop"
-
-        spec_details = bool(body.get("return_spec_tokens_details")) and self.spec
-
-        def sglext(r: GenRequest) -> dict:
-            """SGLang's response-level extension with the request's speculative details (SpecTokensDetails)."""
-            meta = self._meta(r)
-            return {"spec_tokens_details": {k: meta[k] for k in SPEC_DETAIL_KEYS}}
-
-        if stream:
-            gen.cut_at = max(1, len(gen.pieces) // 2) if cut else None
-            conn.start_stream()
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage", False))
-
-            def on_step(r: GenRequest, new_text: str) -> None:
-                if r.cut_at is not None and r.completion_tokens >= r.cut_at:
-                    r.cancelled = True
-                    conn.abort()
-                    return
-                chunk = {"id": cid, "object": obj + ".chunk", "created": created, "model": model,
-                         "choices": [choice(new_text, None, True)], "simulated": True}
-                if malformed and r.done:
-                    conn.send_chunk(b"data: {broken\n\n")
-                else:
-                    conn.send_chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-
-            def on_done(r: GenRequest) -> None:
-                final = {"id": cid, "object": obj + ".chunk", "created": created, "model": model,
-                         "choices": [choice("", finish_of(r), True)], "simulated": True}
-                if include_usage:
-                    final["usage"] = usage(r)
-                tail = b""
-                if spec_details:
-                    ext = {"id": cid, "object": obj + ".chunk", "created": created, "model": model, "choices": [],
-                           "sglext": sglext(r), "simulated": True}
-                    tail = b"data: " + json.dumps(ext).encode() + b"\n\n"
-                conn.send_chunk(b"data: " + json.dumps(final).encode() + b"\n\n" + tail + b"data: [DONE]\n\n")
-                conn.end_stream()
-
-            gen.on_step, gen.on_done = on_step, on_done
-        else:
-            def on_done(r: GenRequest) -> None:
-                if cut:
-                    conn.abort()
-                    return
-                doc = {"id": cid, "object": obj, "created": created, "model": model,
-                       "choices": [choice(r.text, finish_of(r), False)], "usage": usage(r), "simulated": True}
-                if spec_details:
-                    doc["sglext"] = sglext(r)
-                if malformed:
-                    conn.respond(200, json.dumps(doc).encode()[:20])
-                else:
-                    conn.respond_json(200, doc)
-
-            gen.on_done = on_done
-        self._submit(gen)
-
-    def _chat(self, conn: Connection, req: HttpRequest) -> None:
-        self._openai(conn, req, chat=True)
-
-    def _completions(self, conn: Connection, req: HttpRequest) -> None:
-        self._openai(conn, req, chat=False)
-
-
-def render_chat(messages: list[dict]) -> str:
-    """The stand-in's chat template (ChatML, with the assistant turn opened), as SGLang applies a model's."""
-    return "".join(f"<|im_start|>{m.get('role', 'user')}\n{_content(m)}<|im_end|>\n"
-                   for m in messages) + "<|im_start|>assistant\n"
-
-
-def _content(message: dict) -> str:
-    content = message.get("content") or ""
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return str(content)
-
 
 def _load_simulated_answer() -> Callable[[list[dict], int], str | None] | None:
     """The coding stand-in's answer function, when that module is installed."""

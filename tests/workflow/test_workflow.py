@@ -204,6 +204,7 @@ def test_unknown_key_stops_before_any_job(tmp_path):
     assert "benchmark: unknown key(s) 'repeat'" in result.stdout + result.stderr
 
 
+@pytest.mark.xdist_group("repo-root")  # Snakemake in the repository itself
 def test_workflow_lints_clean():
     result = snakemake(ROOT, "--lint", "--configfile", ".test/config.yaml")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -111,16 +111,21 @@ def _group(item: pytest.Item) -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Group the test for `--dist loadgroup` as it is collected (xdist reads the marks when collection ends)."""
+    group = _group(item)
+    if group and not item.get_closest_marker("xdist_group"):
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group tests for `--dist loadgroup` (before xdist reads the marks) and put the longest groups first."""
-    groups = {}
-    for item in items:
-        marker = item.get_closest_marker("xdist_group")
-        group = (marker.args[0] if marker and marker.args else None) or _group(item)
-        if group and not marker:
-            item.add_marker(pytest.mark.xdist_group(group))
-        groups[item.nodeid] = group
+    """Put the longest groups first, then the other slow tests (a stable sort: file order within a group)."""
     rank = {name: i for i, name in enumerate(LONG_GROUPS)}
     slow = len(rank)
-    items.sort(key=lambda item: rank.get(groups[item.nodeid], slow if item.get_closest_marker("slow") else slow + 1))
+
+    def order(item: pytest.Item) -> int:
+        marker = item.get_closest_marker("xdist_group")
+        group = str(marker.args[0]) if marker and marker.args else None
+        return rank.get(group, slow if item.get_closest_marker("slow") else slow + 1)
+
+    items.sort(key=order)

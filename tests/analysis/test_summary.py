@@ -58,6 +58,7 @@ def best(figures: dict[str, tuple[float, float, float]], lower: bool = False) ->
     return (min if lower else max)(figures, key=lambda pid: figures[pid][0])
 
 
+@pytest.mark.slow
 def test_regime_leaders_and_named_winners_are_the_true_best(drafter_bound: tuple) -> None:
     spec, result, _ = drafter_bound
     leaders = {r["name"]: r["leader"] for r in result.document["regimes"]}
@@ -237,6 +238,7 @@ def test_mismatches_are_judged_against_the_ar_vs_ar_floor(tmp_path: Path) -> Non
     assert len(flagged) == 1 and f"`{spec.expected['diverging']}`" in flagged[0]
 
 
+@pytest.mark.slow
 def test_failed_and_malformed_points_are_listed_without_crashing(tmp_path: Path) -> None:
     spec = broken_set()
     result, text = run(spec, tmp_path)
@@ -328,6 +330,7 @@ def test_a_new_caveat_block_is_rendered_without_renderer_changes(drafter_bound: 
     assert "Intro." in section and "- first" in section and "| 1 | 2 |" in section
 
 
+@pytest.mark.slow
 def test_too_few_repeats_say_no_decision_is_possible(tmp_path: Path) -> None:
     spec = drafter_bound_set()
     spec.config["analysis"] = {"min_repeats_for_decision": REPEATS + 1}

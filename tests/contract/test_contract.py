@@ -16,6 +16,9 @@ from standin import FAST, Sim
 
 from ddsweep.sim import contract
 
+# Every test here starts a strict stand-in, which imports SGLang (seconds of CPU).
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module", autouse=True)
 def sglang_contract() -> contract.Contract:

@@ -69,6 +69,7 @@ def test_regime_leaders_and_named_winners_are_the_true_best(drafter_bound: tuple
     assert result.regime_winners["throughput"] == "bs8-b4-t4-w2048", "6% ahead of every other point, no spread"
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_points_not_separable_beyond_the_margin_are_tied(drafter_bound: tuple) -> None:
     spec, result, text = drafter_bound
     figures = spec.true_figures("decode_tok_s", 128, 1)
@@ -84,6 +85,7 @@ def test_points_not_separable_beyond_the_margin_are_tied(drafter_bound: tuple) -
     assert "95% CI" in latency_row
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_priority_picks_follow_weighted_geometric_scores(drafter_bound: tuple) -> None:
     spec, result, _ = drafter_bound
     regimes = {r.name: r for r in DEFAULT_REGIMES}
@@ -95,6 +97,7 @@ def test_priority_picks_follow_weighted_geometric_scores(drafter_bound: tuple) -
         assert result.priority_picks[priority] == max(scores, key=scores.get), priority
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_trade_off_between_picks_is_stated_in_numbers(drafter_bound: tuple) -> None:
     spec, result, text = drafter_bound
     lat_pick, thr_pick = result.priority_picks["latency_first"], result.priority_picks["throughput_first"]
@@ -106,6 +109,7 @@ def test_trade_off_between_picks_is_stated_in_numbers(drafter_bound: tuple) -> N
     assert "on latency" in line
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_pareto_set_keeps_every_truly_undominated_point(drafter_bound: tuple) -> None:
     spec, result, text = drafter_bound
     lat, thr = spec.true_figures("decode_tok_s", 128, 1), spec.true_figures("output_throughput_tok_s", 128, 32)
@@ -127,6 +131,7 @@ def test_pareto_set_keeps_every_truly_undominated_point(drafter_bound: tuple) ->
     assert all(f"`{p}`" in section for p in result.pareto)
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_drafter_bound_case_is_diagnosed(drafter_bound: tuple) -> None:
     spec, result, text = drafter_bound
     assert result.drafter_bound is spec.expected["drafter_bound"] is True
@@ -137,6 +142,7 @@ def test_drafter_bound_case_is_diagnosed(drafter_bound: tuple) -> None:
     assert f"+{gain * 100:.1f}%" in text
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_wide_spread_is_a_caveat(drafter_bound: tuple) -> None:
     spec, _, text = drafter_bound
     section = text.split("### Run-to-run spread")[1].split("###")[0]
@@ -145,6 +151,7 @@ def test_wide_spread_is_a_caveat(drafter_bound: tuple) -> None:
     assert not any(f"`{pid}`" in section for pid in narrow)
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_summary_alone_gives_every_completed_point_and_the_platform(drafter_bound: tuple) -> None:
     spec, _, text = drafter_bound
     appendix = text.split("## All completed points at the regime cells")[1]
@@ -156,6 +163,7 @@ def test_summary_alone_gives_every_completed_point_and_the_platform(drafter_boun
     assert "SIMULATED" not in text
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_budget_bound_case_is_not_called_drafter_bound(tmp_path: Path) -> None:
     spec = budget_bound_set()
     result, text = decide(spec, tmp_path)
@@ -305,6 +313,7 @@ def test_render_markdown_is_deterministic(tmp_path: Path) -> None:
     assert render_decisions(analyse(results, settings)) == render_decisions(analyse(results, settings))
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_markdown_is_rendered_from_summary_json_alone(drafter_bound: tuple) -> None:
     _, result, text = drafter_bound
     document = json.loads(result.summary_json_path.read_text(encoding="utf-8"))
@@ -320,6 +329,7 @@ def test_markdown_is_rendered_from_summary_json_alone(drafter_bound: tuple) -> N
     assert [p["name"] for p in document["priorities"]] == list(DEFAULT_PRIORITIES)
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_a_new_caveat_block_is_rendered_without_renderer_changes(drafter_bound: tuple) -> None:
     _, result, _ = drafter_bound
     document = json.loads(result.summary_json_path.read_text(encoding="utf-8"))

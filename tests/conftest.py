@@ -1,4 +1,19 @@
-"""Shared fixtures: the demo study configuration and point records built from it."""
+"""Shared fixtures: the demo study configuration and point records built from it; how tests are spread over
+pytest-xdist workers (pyproject.toml runs `-n 4 --dist loadgroup`).
+
+Rules that keep the suite fast and safe in parallel:
+- A test that takes more than about a second (it starts Snakemake, many stand-ins, a sandbox pool, a browser) is
+  marked `slow`: `pytest -m "not slow"` is the fast subset and stays under 90 s.
+- Tests that share a module-scoped fixture (one Snakemake run, one stand-in) run on one worker, in file order:
+  `pytest_collection_modifyitems` below groups them by module, and every Slurm test (`slurm` mark) into one
+  group, since there is one test cluster per machine. A test needing another group says so with
+  `pytest.mark.xdist_group(name)`.
+- No fixed ports (standin.free_port), no files outside tmp_path, no Snakemake run in the repository itself
+  except `--lint` (those carry `xdist_group("repo-root")`), no process left behind. A module does no expensive
+  work at import (every worker imports every module): load SGLang and start servers in fixtures.
+- Workflow tests reuse one run of a study where they only read its results (a module fixture), and make their
+  own copy (`shutil.copytree`) before changing it, unless the test order in the module is the point.
+"""
 
 from __future__ import annotations
 
@@ -72,3 +87,46 @@ def copy_workflow(dest: Path, strict_standin: bool = False) -> Path:
 def venv_env() -> dict[str, str]:
     """The environment with this interpreter's bin directory first on PATH, so jobs find `ddsweep`."""
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+# Run first, in this order: the longest groups, then the other slow tests, so that none starts last and stretches
+# the whole run.
+LONG_GROUPS = ("slurm", "tests/workflow/test_adaptive.py", "tests/workflow/test_workflow.py")
+
+
+def _module_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture of this suite that lives longer than one test (module or session)."""
+    fixtureinfo = getattr(item, "_fixtureinfo", None)
+    if fixtureinfo is None:
+        return False
+    return any(defs[-1].scope != "function" and defs[-1].func.__module__.split(".")[0] not in ("_pytest", "xdist")
+               for defs in fixtureinfo.name2fixturedefs.values() if defs)
+
+
+def _group(item: pytest.Item) -> str | None:
+    """The xdist group a test belongs to: Slurm, or its module when it shares a longer-lived fixture."""
+    if item.get_closest_marker("slurm"):
+        return "slurm"
+    if _module_fixture(item):
+        return item.nodeid.split("::", 1)[0]
+    return None
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Group the test for `--dist loadgroup` as it is collected (xdist reads the marks when collection ends)."""
+    group = _group(item)
+    if group and not item.get_closest_marker("xdist_group"):
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put the longest groups first, then the other slow tests (a stable sort: file order within a group)."""
+    rank = {name: i for i, name in enumerate(LONG_GROUPS)}
+    slow = len(rank)
+
+    def order(item: pytest.Item) -> int:
+        marker = item.get_closest_marker("xdist_group")
+        group = str(marker.args[0]) if marker and marker.args else None
+        return rank.get(group, slow if item.get_closest_marker("slow") else slow + 1)
+
+    items.sort(key=order)

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from resultsets import REPEATS, broken_set, coding_set, drafter_bound_set, simulated_set, write_results
 
 from ddsweep.analysis.plots import PLOTS
@@ -126,6 +127,7 @@ def test_truncation_is_read_from_flag_or_finish_reason(tmp_path: Path) -> None:
     assert int((~coding["passed"] & ~coding["truncated"]).sum()) == spec.expected["real_failures"]
 
 
+@pytest.mark.slow
 def test_cli_summarize_writes_tables_plots_and_summary(tmp_path: Path, capsys) -> None:
     spec = simulated_set()
     results = write_results(spec, tmp_path)

@@ -27,6 +27,7 @@ def grid(decode: list[float]) -> list[TruePoint]:
             for i, d in enumerate(decode)]
 
 
+@pytest.mark.slow
 def test_a_named_winner_is_truly_best_or_within_the_margin_in_95_percent_of_seeds() -> None:
     decode = [100.0, 101.5, 99.0, 103.0, 95.0, 90.0, 102.0, 85.0]
     best = max(decode)
@@ -41,6 +42,7 @@ def test_a_named_winner_is_truly_best_or_within_the_margin_in_95_percent_of_seed
     assert wrong <= 0.05 * len(SEEDS), (named, wrong)
 
 
+@pytest.mark.slow
 def test_a_clear_winner_is_named_in_most_seeds() -> None:
     decode = [100.0, 97.0, 120.0, 95.0, 90.0]
     s = settings()
@@ -49,6 +51,7 @@ def test_a_clear_winner_is_named_in_most_seeds() -> None:
     assert set(names) <= {"bs8-b12-t4-w2048", None}
 
 
+@pytest.mark.slow
 def test_two_identical_points_are_tied_in_95_percent_of_seeds() -> None:
     decode = [110.0, 110.0, 100.0, 95.0]
     s = settings()
@@ -100,6 +103,7 @@ def verdicts(points: list[TruePoint], noise: float, seeds: range) -> list[str]:
     return [analyse(build(points, seed, acceptance_noise=noise, shared=0.0), s).diagnosis.verdict for seed in seeds]
 
 
+@pytest.mark.slow
 def test_drafter_bound_study_is_diagnosed_drafter_bound() -> None:
     # Acceptance plateaus along budget (+1% at the top step) and bs16 buys +2%: the drafter is the limit.
     points = diagnosis_study({(4, 8): 4.2, (8, 8): 4.8, (16, 8): 4.85, (8, 16): 4.9})
@@ -107,12 +111,14 @@ def test_drafter_bound_study_is_diagnosed_drafter_bound() -> None:
     assert found.count("drafter-bound") >= 95, found
 
 
+@pytest.mark.slow
 def test_budget_bound_study_is_diagnosed_budget_bound() -> None:
     points = diagnosis_study({(4, 8): 2.8, (8, 8): 3.6, (16, 8): 4.6, (8, 16): 4.5})
     found = verdicts(points, 0.02, range(100))
     assert found.count("budget-bound") >= 95, found
 
 
+@pytest.mark.slow
 def test_flat_noisy_study_is_inconclusive() -> None:
     points = diagnosis_study({(4, 8): 4.0, (8, 8): 4.0, (16, 8): 4.0, (8, 16): 4.0})
     found = verdicts(points, 0.08, range(100))

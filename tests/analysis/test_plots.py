@@ -44,6 +44,7 @@ def test_simulated_label_on_every_plot(name: str, tmp_path: Path) -> None:
         plt.close(fig)
 
 
+@pytest.mark.slow
 def test_real_plots_are_labelled_and_not_simulated(tmp_path: Path) -> None:
     spec = drafter_bound_set()
     data = plot_data(spec, tmp_path)

@@ -83,6 +83,7 @@ def test_no_reference_caveat_without_end_runs(tmp_path):
     assert not [c for c in document["caveats"] if c["kind"] == "reference_runs"]
 
 
+@pytest.mark.slow
 def test_reference_runs_never_enter_rankings_pareto_picks_or_tables(tmp_path):
     spec = drafter_bound_set()
     results = write_results(spec, tmp_path)

@@ -53,6 +53,7 @@ def best(figures: dict[str, tuple[float, float, float]], lower: bool = False) ->
     return (min if lower else max)(figures, key=lambda pid: figures[pid][0])
 
 
+@pytest.mark.slow
 def test_regime_leaders_and_named_winners_are_the_true_best(drafter_bound: tuple) -> None:
     spec, result, _ = drafter_bound
     leaders = {r["name"]: r["leader"] for r in result.document["regimes"]}
@@ -63,6 +64,7 @@ def test_regime_leaders_and_named_winners_are_the_true_best(drafter_bound: tuple
     assert result.regime_winners["throughput"] == "bs8-b4-t4-w2048", "6% ahead of every other point, no spread"
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_points_not_separable_beyond_the_margin_are_tied(drafter_bound: tuple) -> None:
     spec, result, text = drafter_bound
     figures = spec.true_figures("decode_tok_s", 128, 1)
@@ -78,6 +80,7 @@ def test_points_not_separable_beyond_the_margin_are_tied(drafter_bound: tuple) -
     assert "95% CI" in latency_row
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_priority_picks_follow_weighted_geometric_scores(drafter_bound: tuple) -> None:
     spec, result, _ = drafter_bound
     regimes = {r.name: r for r in DEFAULT_REGIMES}
@@ -89,6 +92,7 @@ def test_priority_picks_follow_weighted_geometric_scores(drafter_bound: tuple) -
         assert result.priority_picks[priority] == max(scores, key=scores.get), priority
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_trade_off_between_picks_is_stated_in_numbers(drafter_bound: tuple) -> None:
     spec, result, text = drafter_bound
     lat_pick, thr_pick = result.priority_picks["latency_first"], result.priority_picks["throughput_first"]
@@ -100,6 +104,7 @@ def test_trade_off_between_picks_is_stated_in_numbers(drafter_bound: tuple) -> N
     assert "on latency" in line
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_pareto_set_keeps_every_truly_undominated_point(drafter_bound: tuple) -> None:
     spec, result, text = drafter_bound
     lat, thr = spec.true_figures("decode_tok_s", 128, 1), spec.true_figures("output_throughput_tok_s", 128, 32)
@@ -121,6 +126,7 @@ def test_pareto_set_keeps_every_truly_undominated_point(drafter_bound: tuple) ->
     assert all(f"`{p}`" in section for p in result.pareto)
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_drafter_bound_case_is_diagnosed(drafter_bound: tuple) -> None:
     spec, result, text = drafter_bound
     assert result.drafter_bound is spec.expected["drafter_bound"] is True
@@ -131,6 +137,7 @@ def test_drafter_bound_case_is_diagnosed(drafter_bound: tuple) -> None:
     assert f"+{gain * 100:.1f}%" in text
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_wide_spread_is_a_caveat(drafter_bound: tuple) -> None:
     spec, _, text = drafter_bound
     section = text.split("### Run-to-run spread")[1].split("###")[0]
@@ -139,6 +146,7 @@ def test_wide_spread_is_a_caveat(drafter_bound: tuple) -> None:
     assert not any(f"`{pid}`" in section for pid in narrow)
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_summary_alone_gives_every_completed_point_and_the_platform(drafter_bound: tuple) -> None:
     spec, _, text = drafter_bound
     appendix = text.split("## All completed points at the regime cells")[1]
@@ -150,6 +158,7 @@ def test_summary_alone_gives_every_completed_point_and_the_platform(drafter_boun
     assert "SIMULATED" not in text
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_budget_bound_case_is_not_called_drafter_bound(tmp_path: Path) -> None:
     spec = budget_bound_set()
     result, text = decide(spec, tmp_path)
@@ -232,6 +241,7 @@ def test_mismatches_are_judged_against_the_ar_vs_ar_floor(tmp_path: Path) -> Non
     assert len(flagged) == 1 and f"`{spec.expected['diverging']}`" in flagged[0]
 
 
+@pytest.mark.slow
 def test_failed_and_malformed_points_are_listed_without_crashing(tmp_path: Path) -> None:
     spec = broken_set()
     result, text = run(spec, tmp_path)
@@ -298,6 +308,7 @@ def test_render_markdown_is_deterministic(tmp_path: Path) -> None:
     assert render_decisions(analyse(results, settings)) == render_decisions(analyse(results, settings))
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_markdown_is_rendered_from_summary_json_alone(drafter_bound: tuple) -> None:
     _, result, text = drafter_bound
     document = json.loads(result.summary_json_path.read_text(encoding="utf-8"))
@@ -313,6 +324,7 @@ def test_markdown_is_rendered_from_summary_json_alone(drafter_bound: tuple) -> N
     assert [p["name"] for p in document["priorities"]] == list(DEFAULT_PRIORITIES)
 
 
+@pytest.mark.slow  # the drafter_bound summary takes seconds of CPU
 def test_a_new_caveat_block_is_rendered_without_renderer_changes(drafter_bound: tuple) -> None:
     _, result, _ = drafter_bound
     document = json.loads(result.summary_json_path.read_text(encoding="utf-8"))
@@ -323,6 +335,7 @@ def test_a_new_caveat_block_is_rendered_without_renderer_changes(drafter_bound: 
     assert "Intro." in section and "- first" in section and "| 1 | 2 |" in section
 
 
+@pytest.mark.slow
 def test_too_few_repeats_say_no_decision_is_possible(tmp_path: Path) -> None:
     spec = drafter_bound_set()
     spec.config["analysis"] = {"min_repeats_for_decision": REPEATS + 1}

@@ -14,7 +14,8 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_a_terminal_gets_one_redrawn_line_with_a_bar() -> None:
+def test_a_terminal_gets_one_redrawn_line_with_a_bar(monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")  # the width the line is cut to; a pytest-xdist worker reports 80
     stream = Terminal()
     progress = ProgressLine(stream)
     progress("cell 6/24 coding ctx=128 C=1 rep=0: 8/8 ok, 512.0 tok/s")

@@ -178,6 +178,7 @@ def _dry_run(workdir: Path, *configfiles: str) -> str:
     return result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_the_workflow_schedules_only_representatives(tmp_path):
     workdir = copy_workflow(tmp_path)
     config = demo_config()

@@ -16,9 +16,20 @@ from standin import FAST, Sim
 
 from ddsweep.sim import contract
 
-CONTRACT = contract.load("auto")
-pytestmark = pytest.mark.skipif(not CONTRACT.strict, reason=f"SGLang's contract does not load here: "
-                                f"{CONTRACT.reason} (CI installs it: .ci/sglang-real.sh)")
+# Every test here starts a strict stand-in, which imports SGLang (seconds of CPU).
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sglang_contract() -> contract.Contract:
+    """SGLang's contract, loaded when the first test here runs (importing sglang takes seconds of CPU, which
+    every pytest-xdist worker would spend at collection); the module skips where it does not load."""
+    loaded = contract.load("auto")
+    if not loaded.strict:
+        pytest.skip(f"SGLang's contract does not load here: {loaded.reason} (CI installs it: .ci/sglang-real.sh)")
+    return loaded
+
+
 # The demo's analysis regimes name contexts 128, 2048 and concurrency 1, 8: the smallest matrix they accept.
 SMALL_BENCH = {"contexts": [128, 2048], "concurrency": [1, 8], "max_new_tokens": 8, "requests_per_cell": 2,
                "repeats": 1, "warmup_requests": 0}

@@ -18,6 +18,8 @@ from ddsweep.bench.records import RequestRecord, run_request
 from ddsweep.bench.transport import make_transport
 from ddsweep.point.lifecycle import SERVER_INFO_PATHS, owned_processes, verify_settings
 
+# A real server start costs 30-60 s of both cores.
+pytestmark = pytest.mark.slow
 PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
 
 

@@ -77,6 +77,7 @@ def test_server_starts_verifies_and_stops_with_its_whole_tree(tmp_path):
     assert server.exited() is not None
 
 
+@pytest.mark.slow
 def test_server_ignoring_sigterm_is_killed(tmp_path):
     record = demo_record("ar", sim_args=["--sim-fault", "ignore-sigterm"])
     server = _started(record, tmp_path)
@@ -187,6 +188,7 @@ def test_server_exiting_during_startup_fails_within_seconds_with_log_tail(tmp_pa
     assert not (tmp_path / "ar" / "status.json").exists()
 
 
+@pytest.mark.slow
 def test_server_never_healthy_hits_the_startup_timeout(tmp_path):
     record = demo_record("ar", sim_args=["--sim-fault", "never-healthy"], engine={"startup_timeout_s": 3},
                          **NO_CODING)
@@ -235,6 +237,7 @@ def test_verification_failure_fails_the_point_and_keeps_the_records(tmp_path):
     assert (tmp_path / "p" / "server_info.json").exists()
 
 
+@pytest.mark.slow
 def test_sigterm_to_run_point_stops_the_server_and_leaves_the_point_incomplete(tmp_path):
     out = tmp_path / "p"
     record = demo_record("ar", sim_args=["--sim-startup-delay", "30"], **NO_CODING)

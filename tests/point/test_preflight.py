@@ -215,6 +215,7 @@ def test_the_workflow_starts_no_point_when_the_preflight_fails(tmp_path):
     assert not (tmp_path / "results/points/ar").exists()
 
 
+@pytest.mark.slow
 @needs_sglang
 def test_sglang_accepts_a_good_dflash_command(tmp_path):
     config = _real_config(tmp_path, engine={"launcher": [sys.executable, "-m", "sglang.launch_server"]})
@@ -224,6 +225,7 @@ def test_sglang_accepts_a_good_dflash_command(tmp_path):
     assert time.monotonic() - started < 120
 
 
+@pytest.mark.slow
 @needs_sglang
 def test_sglang_catches_a_misspelled_dflash_flag_by_point(tmp_path):
     config = _with_typo(_real_config(tmp_path, engine={"launcher": [sys.executable, "-m", "sglang.launch_server"]}),
@@ -235,6 +237,7 @@ def test_sglang_catches_a_misspelled_dflash_flag_by_point(tmp_path):
     assert "did you mean --speculative-dflash-block-size?" in errors[0].message
 
 
+@pytest.mark.slow
 @needs_sglang
 def test_upstream_sglang_has_no_ddtree_flags(tmp_path):
     config = _real_config(tmp_path, engine={"launcher": [sys.executable, "-m", "sglang.launch_server"]})

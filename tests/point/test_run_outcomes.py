@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import demo_record
 from test_lifecycle import NO_CODING, owned_processes_of_port
 
@@ -19,6 +20,7 @@ def _run_point(record: dict, out, done) -> subprocess.Popen:
                              str(out), "--done", str(done)], stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_sigterm_to_run_point_and_server_at_once_mid_benchmark_is_an_interruption(tmp_path):
     out, done = tmp_path / "p", tmp_path / "p" / "done.json"
     # the first cell (8 requests) is over in seconds; the whole matrix outlasts the signal by tens of seconds

@@ -102,6 +102,7 @@ def test_chat_completions(ddtree: Sim) -> None:
     assert text == doc["choices"][0]["message"]["content"]
 
 
+@pytest.mark.slow
 def test_startup_delay_gives_503_then_200() -> None:
     sim = Sim("--sim-startup-delay", "3.0", *FAST, wait=False)
     try:
@@ -189,6 +190,7 @@ def test_exit_during_startup() -> None:
     assert "fired up" not in sim.close()
 
 
+@pytest.mark.slow
 def test_error_rate_gives_500s_deterministically(servers: dict[str, Sim]) -> None:
     codes = [[servers[name].generate(f"p{i}", 2).status_code for i in range(20)] for name in ("faulty1", "faulty2")]
     assert codes[0] == codes[1]

@@ -166,6 +166,8 @@ def test_unsettled_picks_run_settling_launches_of_the_regime_cells_only(adaptive
     assert "| settle after launch 3 |" in (adaptive_run / "reports" / "adaptive_funnel.md").read_text()
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("repo-root")  # Snakemake in the repository itself
 def test_the_adaptive_workflow_lints_clean():
     root = Path(__file__).resolve().parents[2]
     result = snakemake(root, "--lint", "--configfile", ".test/config.yaml", ".test/adaptive.yaml")

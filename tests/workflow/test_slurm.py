@@ -40,6 +40,28 @@ SLURM_MARKS = [
 ]
 pytestmark = SLURM_MARKS
 
+
+def _ci_cluster_lacks() -> str | None:
+    """What this Slurm lacks of the CI's test cluster (.ci/slurm-up.sh: a node with at least 2 GPUs as generic
+    resources and the `fakegpu` feature), or None when it has it."""
+    if not _slurm_answers():
+        return "no Slurm controller answers"
+    done = subprocess.run(["sinfo", "--noheader", "--Node", "--format=%G|%f"], capture_output=True, text=True,
+                          timeout=15, check=False)
+    for line in done.stdout.splitlines():
+        gres, _, features = line.partition("|")
+        gpus = [int(m) for m in re.findall(r"gpu(?::[^:,(]+)?:(\d+)", gres)]
+        if gpus and max(gpus) >= 2 and "fakegpu" in features.split(","):
+            return None
+    return (f"no node of this Slurm has 2 GPUs as generic resources and the fakegpu feature (sinfo: "
+            f"{done.stdout.strip() or done.stderr.strip()!r})")
+
+
+_LACKS = _ci_cluster_lacks()
+# Tests that request GPUs or the `fakegpu` constraint: they need the CI's own cluster, not just any Slurm.
+CI_CLUSTER = pytest.mark.skipif(_LACKS is not None, reason=f"needs the CI's test cluster (`bash .ci/slurm-up.sh` "
+                                f"as root): {_LACKS}")
+
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: (\S+)\)")
 NO_CODING = {"coding_eval": {"enabled": False}}
@@ -148,6 +170,7 @@ def test_a_config_change_to_one_point_submits_only_that_point(demo_run):
     assert all(len(list(d.glob("*.log"))) == 1 for d in logs.iterdir())
 
 
+@CI_CLUSTER
 def test_a_point_requesting_gpus_gets_them_from_slurm(tmp_path):
     workdir = copy_workflow(tmp_path)
     extra = write_config(workdir, "gpus.yaml", {"resources": {"gpus": 2}, **NO_CODING})

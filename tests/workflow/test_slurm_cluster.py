@@ -12,6 +12,7 @@ import uuid
 import yaml
 from conftest import ROOT, copy_workflow, demo_record, venv_env
 from test_slurm import (
+    CI_CLUSTER,
     NO_CODING,
     SNAKEMAKE,
     _marked_processes,
@@ -32,6 +33,7 @@ def _scontrol(job_id: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in text.split() if "=" in item)
 
 
+@CI_CLUSTER
 def test_a_point_at_its_time_limit_is_signalled_recorded_as_interrupted_and_resubmitted(tmp_path):
     workdir = copy_workflow(tmp_path)
     node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True,

@@ -32,6 +32,7 @@ def test_the_smoke_study_runs_one_point_one_cell_and_three_problems_in_its_own_d
     assert not (workdir / "results").exists()  # the study's own results directory is untouched
 
 
+@pytest.mark.slow  # Snakemake
 def test_a_smoke_overlay_that_does_not_fit_the_study_stops_naming_the_key(tmp_path):
     workdir = copy_workflow(tmp_path / "wf")
     (workdir / "bad.yaml").write_text("benchmark: {contexts: [128], concurrency: [0]}\n")

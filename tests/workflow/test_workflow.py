@@ -36,6 +36,8 @@ def demo_run(tmp_path_factory) -> Path:
     # with the end-of-study reference runs (sweep.reference), which are on by default only on Slurm
     demo = yaml.safe_load((workdir / ".test" / "config.yaml").read_text())
     demo["sweep"]["reference"] = {"enabled": True}
+    # a strict stand-in imports SGLang at every start: on a loaded machine that can outlast the demo's 60 s
+    demo["engine"]["startup_timeout_s"] = 240
     (workdir / ".test" / "config.yaml").write_text(yaml.safe_dump(demo, sort_keys=False))
     result = snakemake(workdir, "--cores", "2", "--configfile", ".test/config.yaml")
     assert result.returncode == 0, result.stderr[-5000:]
@@ -213,6 +215,7 @@ def test_bad_config_stops_before_any_job_with_the_key_named(tmp_path):
     assert not (workdir / "results").exists()
 
 
+@pytest.mark.slow
 def test_unknown_key_stops_before_any_job(tmp_path):
     workdir = copy_workflow(tmp_path / "wf", strict_standin=True)
     (workdir / "bad.yaml").write_text("benchmark:\n  repeat: 3\n")
@@ -221,6 +224,8 @@ def test_unknown_key_stops_before_any_job(tmp_path):
     assert "benchmark: unknown key(s) 'repeat'" in result.stdout + result.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("repo-root")  # Snakemake in the repository itself
 def test_workflow_lints_clean():
     result = snakemake(ROOT, "--lint", "--configfile", ".test/config.yaml")
     assert result.returncode == 0, result.stdout + result.stderr

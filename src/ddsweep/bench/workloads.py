@@ -33,6 +33,7 @@ MAX_ERROR = 0.045
 MAX_ROUNDS = 12
 MIN_PAD_TOKENS = 8
 OFFSET_TRIES = 4
+FAR_ABOVE = 2.5  # an item estimated this many times the target is not counted: it cannot fit
 PAD_ROOM = 1.5  # padding characters kept free after an offset, per target token and character per token
 SAMPLE_CHARS = 8000
 HUMANEVAL_FILE = "data/HumanEval.jsonl.gz"
@@ -204,11 +205,11 @@ class PromptBuilder:
 
     def _base_count(self, index: int, target: int | None = None) -> int:
         """Tokens of item `index` unpadded: estimated from its length when that is far below `target` (the padded
-        prompt is counted anyway), else counted by the server (cached)."""
+        prompt is counted anyway) or far above it (it cannot fit), else counted by the server (cached)."""
         if index not in self._base and target is not None:
             body = _with_padding(self.items[index], self.workload.kind, "")
             estimate = int(len(json.dumps(body, ensure_ascii=False)) / self._chars_per_token)
-            if estimate < target / 2:
+            if estimate < target / 2 or estimate > target * FAR_ABOVE:
                 return estimate
         if index not in self._base:
             self._base[index] = len(self.tokenize(_with_padding(self.items[index], self.workload.kind, "")))

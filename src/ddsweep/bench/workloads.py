@@ -31,8 +31,10 @@ KINDS = ("coding", "prose", "jsonl")
 TOLERANCE = 0.03
 MAX_ERROR = 0.045
 MAX_ROUNDS = 12
-MIN_PAD_TOKENS = 8
-OFFSET_TRIES = 4
+MIN_PAD_TOKENS = 3
+OFFSET_TRIES = 8
+BASE_PAD = "#"  # the padding an item's own length is counted with, so that it includes the padding's wrapper
+FAR_ABOVE = 2.5  # an item estimated this many times the target is not counted: it cannot fit
 PAD_ROOM = 1.5  # padding characters kept free after an offset, per target token and character per token
 SAMPLE_CHARS = 8000
 CODING_CONTEXT = "Code from the same repository, for reference:\n\n```python\n{padding}\n```\n\n"
@@ -158,13 +160,14 @@ def _with_padding(item: Item, kind: str, padding: str) -> dict:
 
 
 def _cut(text: str, start: int, chars: int, kind: str) -> str | None:
-    """`chars` characters of `text` from `start`, cut at a line (code) or word (prose) boundary; None when the text
-    ends first (padding never wraps around, which would repeat text within a prompt)."""
+    """`chars` characters of `text` from `start`, cut at a line (code, when that keeps most of them) or word
+    boundary; None when the text ends first (padding never wraps around, which would repeat text within a
+    prompt)."""
     out = text[start:start + chars]
     if len(out) < chars:
         return None
     cut = out.rfind("\n") if kind == "coding" else -1
-    if cut <= len(out) // 2:
+    if cut < len(out) * 0.9:  # a line cut this early would leave a short padding far off its size
         cut = out.rfind(" ")
     return (out[:cut] if cut > len(out) // 2 else out).strip()
 
@@ -200,15 +203,16 @@ class PromptBuilder:
         self._chars_per_token = len(sample) / max(1, len(self.tokenize({"prompt": sample})))
 
     def _base_count(self, index: int, target: int | None = None) -> int:
-        """Tokens of item `index` unpadded: estimated from its length when that is far below `target` (the padded
-        prompt is counted anyway), else counted by the server (cached)."""
+        """Tokens of item `index` with the padding's wrapper around one character of padding: estimated from its
+        length when that is far below `target` (the padded prompt is counted anyway) or far above it (it cannot
+        fit), else counted by the server (cached)."""
         if index not in self._base and target is not None:
-            body = _with_padding(self.items[index], self.workload.kind, "")
+            body = _with_padding(self.items[index], self.workload.kind, BASE_PAD)
             estimate = int(len(json.dumps(body, ensure_ascii=False)) / self._chars_per_token)
-            if estimate < target / 2:
+            if estimate < target / 2 or estimate > target * FAR_ABOVE:
                 return estimate
         if index not in self._base:
-            self._base[index] = len(self.tokenize(_with_padding(self.items[index], self.workload.kind, "")))
+            self._base[index] = len(self.tokenize(_with_padding(self.items[index], self.workload.kind, BASE_PAD)))
         return self._base[index]
 
     def fitting(self, target: int) -> list[int]:
@@ -242,12 +246,13 @@ class PromptBuilder:
             index = fits[(sequence + step) % len(fits)]
             if (index, target) in self._unfit:
                 continue
+            base = self._base_count(index, target)
             for retry in range(OFFSET_TRIES):  # a window's line or word cuts may miss the target: the next window
-                prompt = self._grow(index, self._base_count(index, target), target,
-                                    offsets[(slot + retry) % len(offsets)])
+                prompt = self._grow(index, base, target, offsets[(slot + retry) % len(offsets)])
                 if prompt is not None:
                     return prompt
-            self._unfit.add((index, target))
+            if base > target * (1 + MAX_ERROR):
+                self._unfit.add((index, target))
         raise WorkloadError(f"workload {self.workload.name}: no prompt can be sized to context {target} within "
                             f"{MAX_ERROR:.1%}")
 

@@ -5,20 +5,11 @@
 # which takes the place of run_point (points.smk) when there is more than one launch.
 from pathlib import Path
 
-from ddsweep.config.launches import grid_launches, launch_record
-
-LAUNCHES = grid_launches(STUDY)
+from ddsweep.config.launches import launch_record
 
 
 wildcard_constraints:
     launch=r"\d+",
-
-
-def launch_priority(wildcards):
-    """Earlier launches first; the reference point's first launch before every other job (sweep.reference)."""
-    first = reference_priority("point")
-    reference = first(wildcards) if callable(first) else first
-    return 2 * (LAUNCHES - int(wildcards.launch)) + reference
 
 
 if LAUNCHES > 1:

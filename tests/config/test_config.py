@@ -107,9 +107,9 @@ def test_plan_lists_points_count_and_estimate(study):
     # 2 launches x 10 min startup + (coding: 2 contexts x 4 concurrency + prose: 1 context x 2 concurrency)
     # x 3 repeats x 1.5 min + 15 min coding = 80 min per point.
     assert "30 benchmark cells per point" in text and "estimated 80 min per point" in text
-    assert "29 point(s) x 2 launches each (sweep.launches, the repeats split across them) = 58 point job(s)" in text
+    assert "launches (server start-ups): 58 point launch(es) of 29 point(s)" in text  # two launches per point
     one = validate_config({**study, "sweep": {**study["sweep"], "launches": 1}})
-    assert "estimated 70 min per point" in format_plan(one) and "launches each" not in format_plan(one)
+    assert "estimated 70 min per point" in format_plan(one) and "29 point launch(es) of 29 point(s)" in format_plan(one)
 
 
 def test_load_config_merges_files_like_snakemake(tmp_path):

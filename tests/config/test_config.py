@@ -107,9 +107,9 @@ def test_plan_lists_points_count_and_estimate(study):
     # 2 launches x 10 min startup + (coding: 2 contexts x 4 concurrency + prose: 1 context x 2 concurrency)
     # x 3 repeats x 1.5 min + 15 min coding = 80 min per point.
     assert "30 benchmark cells per point" in text and "estimated 80 min per point" in text
-    assert "each point runs in 2 server launches (sweep.launches)" in text and "58 start-ups" in text
+    assert "launches (server start-ups): 58 point launch(es) of 29 point(s)" in text  # two launches per point
     one = validate_config({**study, "sweep": {**study["sweep"], "launches": 1}})
-    assert "estimated 70 min per point" in format_plan(one) and "server launches" not in format_plan(one)
+    assert "estimated 70 min per point" in format_plan(one) and "29 point launch(es) of 29 point(s)" in format_plan(one)
 
 
 def test_load_config_merges_files_like_snakemake(tmp_path):

@@ -39,7 +39,8 @@ def demo_run(tmp_path_factory) -> Path:
     # a strict stand-in imports SGLang at every start: on a loaded machine that can outlast the demo's 60 s
     demo["engine"]["startup_timeout_s"] = 240
     (workdir / ".test" / "config.yaml").write_text(yaml.safe_dump(demo, sort_keys=False))
-    result = snakemake(workdir, "--cores", "2", "--configfile", ".test/config.yaml")
+    # two server launches per point (sweep.launches): 16 start-ups of the strict stand-in
+    result = snakemake(workdir, "--cores", "2", "--configfile", ".test/config.yaml", timeout=1500)
     assert result.returncode == 0, result.stderr[-5000:]
     assert "optimization summary in reports/optimization_summary.md" in result.stdout + result.stderr
     return workdir

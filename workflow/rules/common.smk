@@ -10,6 +10,7 @@ from snakemake.utils import validate
 
 from ddsweep.config.launches import grid_launches
 from ddsweep.config.operational import OPERATIONAL_KEYS, measurement_record, operational_settings
+from ddsweep.config.launches import grid_launches
 from ddsweep.config.plan import running_points
 from ddsweep.config.reference import reference_enabled, reference_point
 from ddsweep.adaptive.stages import is_adaptive
@@ -37,6 +38,8 @@ STUDY["sweep"]["strategy"] = "adaptive" if ADAPTIVE else "grid"
 # The point measured again at the end of a grid study on every host that ran points (sweep.reference;
 # workflow/rules/reference.smk), or None.
 REFERENCE = reference_point(STUDY)
+# Server launches per grid point (sweep.launches; workflow/rules/launches.smk).
+LAUNCHES = grid_launches(STUDY)
 
 
 def command_line():
@@ -198,6 +201,14 @@ def reference_priority(wildcard):
         return 0
     wanted = {"point": REFERENCE.point_id, "preset": REFERENCE.preset}[wildcard]
     return lambda wildcards: int(wildcards[wildcard] == wanted and reference_on())
+
+
+def launch_priority(wildcards):
+    """A grid point's launch (workflow/rules/launches.smk): earlier launches first, so a point's launches are
+    interleaved with other points'; the reference point's first launch before every other job (sweep.reference)."""
+    first = reference_priority("point")
+    reference = first(wildcards) if callable(first) else first
+    return 2 * (LAUNCHES - int(wildcards.launch)) + reference
 
 
 def reference_done_files(wildcards):

@@ -26,7 +26,8 @@ from ddsweep.analysis.results import KNOBS, METRIC_LABELS, ar_point_id, window_l
 from ddsweep.analysis.statistics import Estimate
 
 SCHEMA_VERSION = 2
-METHOD = ("mean of per-repeat figures with a Student-t interval (repeats are the independent units); ratios "
+METHOD = ("mean of per-repeat figures with a Student-t interval (repeats are the independent units, or the server "
+          "launches where a point ran in several, their variance pooled over the study's points); ratios "
           "from per-repeat log ratios paired on the repeat index (same prompts), else Welch's t on the logs; a "
           "winner must beat every other point by more than the equivalence margin in one-sided tests with "
           "Holm's correction, and each comparison's printed interval is two-sided at 1 - 2·(the level its one-sided "
@@ -156,8 +157,12 @@ def _caveats(d: Decisions) -> list[dict[str, Any]]:
         f"(analysis.equivalence_margin) in one-sided tests whose family-wise error is held at "
         f"{1 - s.confidence:.0%} (Holm); otherwise the tied set is named. The leader's own figure is "
         "the best of several noisy estimates and so tends to be optimistic (winner's curse); the intervals "
-        f"are {s.confidence:.0%} intervals for each figure on its own. The repeats of one point ran in one server "
-        "launch, so the intervals do not include variation between launches or nodes.")})
+        f"are {s.confidence:.0%} intervals for each figure on its own. " + (
+            "Points ran in two or more server launches, and the launch is the unit of every interval and test "
+            "(its variance pooled over the study's points, docs/statistics.md)."
+            if any(len(f) >= 2 for o in d.regimes for f in o.resolved.launches.values()) else
+            "The repeats of one point ran in one server launch, so the intervals do not include variation between "
+            "launches or nodes."))})
     drift = drift_caveat(results, [o.resolved for o in d.regimes], s.equivalence_margin, s.confidence)
     if drift:
         out.append(drift)

@@ -260,10 +260,6 @@ def format_plan(config: dict, strategy_lines: Sequence[str] = (), on_slurm: bool
             lines.append(f"preset {preset}: no verify entry checks {', '.join(knobs)} (unverified knobs)")
     gpus = config["resources"]["gpus"]
     every, runs = document["estimate"]["all_points"], document["estimate"]["running_points"]
-    if runs["launches_per_point"] > 1:
-        lines.append(f"each point runs in {runs['launches_per_point']} server launches (sweep.launches), its repeats "
-                     f"split across them: {runs['startups']} start-ups for what will run, "
-                     f"{runs['extra_startup_min'] / 60:.1f} h of them beyond one per point")
     lines += [f"{every['cells_per_point']} benchmark cells per point; estimated {every['per_point_min']:.0f} min "
               f"per point at {gpus} GPUs per point",
               f"every point: {every['total_min'] / 60:.1f} h of jobs = {every['gpu_hours']:.0f} GPU-hours",

@@ -21,7 +21,7 @@ from ddsweep.point.run import done_record
 from ddsweep.storage import write_json_atomic, write_text_atomic
 
 # Files copied from the first launch (the server and platform of every launch are listed in launches.json).
-FIRST_LAUNCH_FILES = ("point.json", "server_info.json", "verification.json", "environment.json")
+FIRST_LAUNCH_FILES = ("point.json", "server_info.json", "verification.json", "environment.json", "server.log")
 
 
 class MergeError(RuntimeError):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import yaml
 from conftest import demo_record
 from resultsets import drafter_bound_set, write_results
 
+from ddsweep.analysis.bundle import create_bundle
 from ddsweep.analysis.compare import StudyError, command_changes, compare, open_study, render_compare
 from ddsweep.cli import main
 
@@ -44,10 +44,9 @@ def standin_study(root: Path, drafter_path: str, sim_args: list[str]) -> Path:
 def test_a_weaker_drafter_shows_in_acceptance_and_speed_ratios_and_the_environment(tmp_path: Path) -> None:
     a = standin_study(tmp_path / "study-a", "/models/drafter-v1", [])
     b = standin_study(tmp_path / "study-b", "/models/drafter-v2", WEAK_DRAFTER)
-    with tarfile.open(tmp_path / "b.tar.gz", "w:gz") as tar:  # B as a bundle: one top-level directory
-        tar.add(b, arcname="study-b-20261201T000000Z-00000000")
+    bundle = create_bundle("study-b", b / "results", b / "reports", b / "config" / "study.yaml", tmp_path)
     out = tmp_path / "cmp"
-    assert main(["compare", str(a), str(tmp_path / "b.tar.gz"), "--out", str(out)]) == 0
+    assert main(["compare", str(a), str(bundle), "--out", str(out)]) == 0
     doc = json.loads((out / "compare.json").read_text())
     rows = {r["point_id"]: r["regimes"] for r in doc["matched"]["points"]}
     assert set(rows) == set(POINTS)

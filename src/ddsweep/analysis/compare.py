@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from ddsweep.analysis.bundle import BundleError, extract_bundle
 from ddsweep.analysis.decisions import Decisions, Settings, analyse, ratio_text
 from ddsweep.analysis.document import jsonable
 from ddsweep.analysis.first_screen import recommend
@@ -83,14 +84,10 @@ def open_study(path: Path, scratch: Path, config: dict[str, Any] | None = None) 
     if path.is_file():
         if not path.name.endswith(".tar.gz"):
             raise StudyError(f"{path}: a file must be a report bundle (.tar.gz)")
-        target = scratch / path.name.removesuffix(".tar.gz")
-        try:
-            with tarfile.open(path, mode="r:gz") as tar:
-                tar.extractall(target, filter="data")
-        except (OSError, tarfile.TarError) as exc:
+        try:  # stored and referenced files alike (a bundle may hold only what changed since its base)
+            root = extract_bundle(path, scratch)
+        except (OSError, tarfile.TarError, BundleError) as exc:
             raise StudyError(f"{path}: cannot read the bundle: {exc}") from exc
-        tops = [d for d in target.iterdir() if d.is_dir()]
-        root = tops[0] if len(tops) == 1 else target
     elif path.is_dir():
         root = path
     else:

@@ -154,3 +154,19 @@ def test_pareto_plot_has_one_curve_per_point_interval_bars_and_labelled_picks(su
         assert tops and all("per GPU" in label and "8 GPUs" in label for label in tops)
     finally:
         plt.close(fig)
+
+
+def test_caveats_that_would_change_the_decision_come_first(tmp_path: Path) -> None:
+    from resultsets import broken_set, simulated_set
+
+    from ddsweep.analysis.first_screen import decision_block
+
+    spec = broken_set()
+    decisions = analyse(load_results(write_results(spec, tmp_path / "broken")), Settings.from_config(spec.config))
+    caveats = decision_block(decisions)["caveats"]
+    bad = [p.point_id for p in decisions.results.points if p.shown_status != "ok"]
+    assert bad and caveats[0]["kind"] == "failed_points" and all(f"`{pid}`" in caveats[0]["text"] for pid in bad[:4])
+    spec = simulated_set()
+    decisions = analyse(load_results(write_results(spec, tmp_path / "sim")), Settings.from_config(spec.config))
+    block = decision_block(decisions)
+    assert block["caveats"][0]["kind"] == "simulated" and len(block["caveats"]) <= 2

@@ -21,11 +21,12 @@ from typing import Any
 
 import yaml
 
+from ddsweep.analysis.bundle import BundleError, extract_bundle
 from ddsweep.analysis.decisions import Decisions, Settings, analyse, ratio_text
 from ddsweep.analysis.document import jsonable
 from ddsweep.analysis.first_screen import recommend
 from ddsweep.analysis.launch import launch_of
-from ddsweep.analysis.regimes import Regime, repeat_values
+from ddsweep.analysis.regimes import Regime, resolve_regime
 from ddsweep.analysis.results import ResultSet, load_results
 from ddsweep.analysis.statistics import log_difference
 from ddsweep.storage import write_text_atomic
@@ -84,14 +85,10 @@ def open_study(path: Path, scratch: Path, config: dict[str, Any] | None = None) 
     if path.is_file():
         if not path.name.endswith(".tar.gz"):
             raise StudyError(f"{path}: a file must be a report bundle (.tar.gz)")
-        target = scratch / path.name.removesuffix(".tar.gz")
-        try:
-            with tarfile.open(path, mode="r:gz") as tar:
-                tar.extractall(target, filter="data")
-        except (OSError, tarfile.TarError) as exc:
+        try:  # stored and referenced files alike (a bundle may hold only what changed since its base)
+            root = extract_bundle(path, scratch)
+        except (OSError, tarfile.TarError, BundleError) as exc:
             raise StudyError(f"{path}: cannot read the bundle: {exc}") from exc
-        tops = [d for d in target.iterdir() if d.is_dir()]
-        root = tops[0] if len(tops) == 1 else target
     elif path.is_dir():
         root = path
     else:
@@ -106,17 +103,6 @@ def open_study(path: Path, scratch: Path, config: dict[str, Any] | None = None) 
 def _key(record: Any) -> tuple:
     """What identifies a configuration across studies: the kind and the four knobs."""
     return (record.kind, *record.knobs().values())
-
-
-def launch_unit(results_dir: Path, point_id: str) -> str:
-    """`launch` when each repeat of the point is its own server launch (launches.json of a merged point with
-    two or more launches), else `repeat` (the repeats ran in one launch)."""
-    try:
-        doc = json.loads((results_dir / "points" / point_id / "launches.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return "repeat"
-    launches = doc.get("launches") if isinstance(doc, dict) else None
-    return "launch" if isinstance(launches, list) and len(launches) >= 2 else "repeat"
 
 
 def _regimes(a: Study) -> list[Regime]:
@@ -134,7 +120,8 @@ def _figure(values: dict[int, float], level: float) -> dict[str, Any] | None:
 
 
 def matched_ratios(a: Study, b: Study) -> dict[str, Any]:
-    """Per matched point and regime: A's and B's figures and B over A (better direction, > 1: B better)."""
+    """Per matched point and regime: A's and B's figures and B over A (better direction, > 1: B better), from
+    per-launch figures where both points ran in two or more launches, else from per-repeat figures."""
     level = a.decisions.settings.confidence
     a_ok = {_key(p): p for p in a.results.ok_points()}
     b_ok = {_key(p): p for p in b.results.ok_points()}
@@ -142,12 +129,14 @@ def matched_ratios(a: Study, b: Study) -> dict[str, Any]:
     regimes = _regimes(a)
     rows = []
     for pa, pb in sorted(matched, key=lambda pair: pair[0].point_id):
-        units = {launch_unit(a.results_dir, pa.point_id), launch_unit(b.results_dir, pb.point_id)}
         entry: dict[str, Any] = {"point_id": pa.point_id, "point_id_b": pb.point_id, "label": pa.label(),
-                                 "unit": "launch" if units == {"launch"} else "repeat", "regimes": {}}
+                                 "unit": "launch", "regimes": {}}
         for r in regimes:
-            va = repeat_values(a.results.cells, r.metric, r.context, r.concurrency, [pa.point_id]).get(pa.point_id, {})
-            vb = repeat_values(b.results.cells, r.metric, r.context, r.concurrency, [pb.point_id]).get(pb.point_id, {})
+            ra, rb = resolve_regime(a.results, r, [pa.point_id]), resolve_regime(b.results, r, [pb.point_id])
+            va, vb = ra.units(pa.point_id), rb.units(pb.point_id)
+            if va and vb and not (len(ra.launches.get(pa.point_id, {})) >= 2
+                                  and len(rb.launches.get(pb.point_id, {})) >= 2):
+                entry["unit"] = "repeat"
             shifted = {k + B_OFFSET: v for k, v in vb.items()}
             diff = (log_difference(va, shifted) if r.lower_is_better else log_difference(shifted, va)
                     ) if va and vb else None
@@ -268,21 +257,19 @@ def render_compare(doc: dict[str, Any]) -> str:
     for p in doc["picks"]:
         cells = [f"`{s['recommended']}` ({s['status']})" if s and s["recommended"] else "—" for s in (p["a"], p["b"])]
         out.append(f"| {p['priority']} | {cells[0]} | {cells[1]} |")
-    units = {row["unit"] for row in m["points"]}
-    unit_text = ("each figure from independent server launches" if units == {"launch"} else
-                 "at least one side measured in one server launch, so the interval covers the variation between "
-                 "repeats within a launch only, not between launches (docs/statistics.md)")
     out += ["", "## Matched points: B over A", "",
             f"Points with the same kind and knobs in both studies. Each cell is B's figure over A's in the better "
-            f"direction (> 1: B better), with a {m['level']:.0%} interval from Welch's t on the logs of the two "
-            f"studies' figures ({unit_text}).", ""]
+            f"direction (> 1: B better), with a {m['level'] * 100:.3g}% interval from Welch's t on the logs of the "
+            "two studies' independent figures: one per server launch where both points ran in two or more launches "
+            "(units `launch`), else one per repeat (units `repeat`: the interval then covers the variation between "
+            "repeats within a launch only, not between launches; docs/statistics.md).", ""]
     columns = [f"{r['name']} ({r['metric']} at context {r['context']}, C={r['concurrency']})" for r in m["regimes"]]
-    out += ["| point | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    out += ["| point | units | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
     for row in m["points"]:
-        out.append(f"| `{row['point_id']}` | " + " | ".join(row["regimes"][r["name"]]["text"] for r in m["regimes"])
-                   + " |")
+        out.append(f"| `{row['point_id']}` | {row['unit']} | "
+                   + " | ".join(row["regimes"][r["name"]]["text"] for r in m["regimes"]) + " |")
     if not m["points"]:
-        out.append("| (no point was measured in both studies) |" + " |" * len(columns))
+        out.append("| (no point was measured in both studies) | |" + " |" * len(columns))
     out.append("")
     for label, ids in (("A", m["only_in_a"]), ("B", m["only_in_b"])):
         if ids:

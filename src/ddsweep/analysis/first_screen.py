@@ -109,12 +109,12 @@ def _caveats(d: Decisions, picks: list[dict[str, Any]]) -> list[dict[str, str]]:
     if results.simulated:
         out.append({"kind": "simulated", "text": "**SIMULATED data** (stand-in server): these picks say nothing "
                     "about real hardware; run the study on the target machine before deploying."})
-    bad = [p for p in results.points if p.status != "ok"]
+    bad = [p for p in results.points if p.shown_status != "ok"]
     if bad:
-        names = ", ".join(f"`{p.point_id}`" for p in bad[:4]) + (" …" if len(bad) > 4 else "")
+        names = ", ".join(f"`{p.point_id}` ({p.shown_status})" for p in bad[:4]) + (" …" if len(bad) > 4 else "")
         out.append({"kind": "failed_points", "text": (
-            f"{len(bad)} of {len(results.points)} points did not complete ({names}): any of them could have been "
-            "the best; see *Failed, malformed and incomplete points*.")})
+            f"{len(bad)} of {len(results.points)} points did not complete or lost cells ({names}): a point "
+            "missing from a regime could have been the best there; see *Failed, malformed and incomplete points*.")})
     unverified = sorted({(str(e.get("knob")), p.point_id) for p in results.points if p.point_id in chosen
                          for e in p.unverified})
     if unverified:

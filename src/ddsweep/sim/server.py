@@ -484,8 +484,9 @@ class SimServer:
     def _meta(self, req: GenRequest) -> dict:
         meta: dict[str, Any] = {"id": req.rid, "prompt_tokens": req.prompt_tokens,
                                 "completion_tokens": req.completion_tokens, "cached_tokens": req.cached_tokens,
-                                "finish_reason": req.finish_reason(),
-                                "e2e_latency": (req.last_token_ts or req.arrival_ts) - req.arrival_ts}
+                                "finish_reason": req.finish_reason()}
+        if meta["finish_reason"] is not None:  # SGLang sends e2e_latency with the finished request only
+            meta["e2e_latency"] = (req.last_token_ts or req.arrival_ts) - req.arrival_ts
         if self.spec:
             draft_tokens = (self.s.knobs.block_size or 1) - 1
             meta["spec_verify_ct"] = req.verify_ct
@@ -577,7 +578,7 @@ class SimServer:
             return
         meta = json.dumps(self._meta(req)).encode()
         conn.send_chunk(b'data: {"text": "' + req.text_json + b'", "meta_info": ' + meta +
-                        b', "index": 0, "simulated": true}\n\n')
+                        b', "simulated": true}\n\n')
 
     def _native_done(self, conn: Connection) -> None:
         conn.end_stream(b"data: [DONE]\n\n")

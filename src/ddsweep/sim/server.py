@@ -564,9 +564,10 @@ class SimServer:
         if req.abort_at is not None and req.completion_tokens >= req.abort_at:
             req.cancelled = True
             meta = {**self._meta(req), "finish_reason": {"type": "abort", "message": ABORT_MESSAGE,
-                                                         "status_code": ABORT_STATUS, "err_type": None}}
+                                                         "status_code": ABORT_STATUS, "err_type": None},
+                    "e2e_latency": (req.last_token_ts or req.arrival_ts) - req.arrival_ts}
             conn.end_stream(b'data: {"text": "' + req.text_json + b'", "meta_info": ' + json.dumps(meta).encode() +
-                            b', "index": 0, "simulated": true}\n\ndata: [DONE]\n\n')
+                            b', "simulated": true}\n\ndata: [DONE]\n\n')
             return
         if req.cut_at is not None and req.completion_tokens >= req.cut_at:
             req.cancelled = True

@@ -220,32 +220,6 @@ def test_concurrent_requests_and_timing_against_sglangs_own_e2e_latency(real: re
     assert all(r.error is None and r.completion_tokens == 8 for r in records)
 
 
-def group_processes(pgid: int) -> dict[int, str]:
-    """Live processes of one process group (Linux /proc): pid -> command line."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-        except (OSError, ValueError, IndexError):
-            continue
-    return found
-
-
-def test_stop_leaves_no_process_of_the_server(real: realsglang.RealServer) -> None:
-    pgid = real.server.process.pid
-    before = group_processes(pgid)
-    commands = " | ".join(before.values())
-    assert len(before) >= 3 and "sglang::scheduler" in commands and "sglang::detokenizer" in commands, before
-    real.server.stop()
-    assert group_processes(pgid) == {} and owned_processes(real.server.owner_token) == []
-    with pytest.raises(httpx.HTTPError):
-        httpx.get(real.url + "/health", timeout=5)
-
-
 def shape(value: object) -> object:
     """The layout of a JSON value: object keys mapped to their shapes, a list's first element, a leaf's type."""
     if isinstance(value, dict):
@@ -328,3 +302,30 @@ def test_stand_in_answers_in_the_real_servers_shape(name: str, real: realsglang.
     if kind == "text/event-stream":  # each stand-in event against the real event at the same stage
         problems = missing_in(real_shapes[0], sim_shapes[0]) + missing_in(real_shapes[-1], sim_shapes[-1])
     assert not problems, problems
+
+
+# Last in the module: it stops the module's server.
+def group_processes(pgid: int) -> dict[int, str]:
+    """Live processes of one process group (Linux /proc): pid -> command line."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def test_stop_leaves_no_process_of_the_server(real: realsglang.RealServer) -> None:
+    pgid = real.server.process.pid
+    before = group_processes(pgid)
+    commands = " | ".join(before.values())
+    assert len(before) >= 3 and "sglang::scheduler" in commands and "sglang::detokenizer" in commands, before
+    real.server.stop()
+    assert group_processes(pgid) == {} and owned_processes(real.server.owner_token) == []
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(real.url + "/health", timeout=5)

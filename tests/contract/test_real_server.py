@@ -222,6 +222,91 @@ def test_concurrent_requests_and_timing_against_sglangs_own_e2e_latency(real: re
     assert all(r.error is None and r.completion_tokens == 8 for r in records)
 
 
+def shape(value: object) -> object:
+    """The layout of a JSON value: object keys mapped to their shapes, a list's first element, a leaf's type."""
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shape(value[0])] if value else []
+    return "number" if isinstance(value, int | float) and not isinstance(value, bool) else type(value).__name__
+
+
+def missing_in(real: object, stand_in: object, path: str = "") -> list[str]:
+    """Where the stand-in's layout has a key or type the real server's lacks (the stand-in's own labels aside)."""
+    if isinstance(stand_in, dict):
+        if not isinstance(real, dict):
+            return [f"{path}: object vs {real}"]
+        return [m for k, v in stand_in.items() if k not in ("simulated", "sglext")
+                for m in ([f"{path}.{k}: absent from the real answer"] if k not in real else
+                          missing_in(real[k], v, f"{path}.{k}"))]
+    if isinstance(stand_in, list):
+        return missing_in(real[0], stand_in[0], f"{path}[0]") if stand_in and real else []
+    return [] if stand_in == real or "NoneType" in (stand_in, real) else [f"{path}: {stand_in} vs {real}"]
+
+
+@pytest.fixture(scope="module")
+def strict_standin() -> Iterator:
+    """A strict autoregressive stand-in with the tiny model's context length."""
+    from standin import FAST, Sim
+
+    sim = Sim("--context-length", "2048", *FAST, wait=False, strict=True)
+    try:
+        sim.wait_healthy(timeout=300)
+        yield sim
+    finally:
+        sim.close()
+
+
+SERVER_INFO_READ = ("speculative_algorithm", "speculative_num_draft_tokens", "speculative_dflash_block_size",
+                    "speculative_draft_window_size", "tp_size", "max_running_requests", "launch_command", "version",
+                    "model_path", "served_model_name")
+CONFORMANCE = [  # (name, method, path, body): what ddsweep sends, and the refusals it must see as SGLang sends them
+    ("tokenize prompt", "POST", "/tokenize", {"prompt": PROMPT, "add_special_tokens": False}),
+    ("tokenize messages", "POST", "/tokenize", {"messages": [{"role": "user", "content": PROMPT}]}),
+    ("tokenize text", "POST", "/tokenize", {"text": PROMPT}),
+    ("generate", "POST", "/generate", {"text": PROMPT, "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}),
+    ("generate stream", "POST", "/generate", {"text": PROMPT, "stream": True,
+                                              "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}),
+    ("generate bad sampling", "POST", "/generate", {"text": PROMPT, "sampling_params": {"max_new_tokens": "many"}}),
+    ("generate too long", "POST", "/generate", {"text": "x " * 3000, "sampling_params": {"max_new_tokens": 4}}),
+    ("generate too long stream", "POST", "/generate", {"text": "x " * 3000, "stream": True,
+                                                       "sampling_params": {"max_new_tokens": 4}}),
+    ("chat", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 4}),
+    ("chat stream", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}],
+                                                     "max_tokens": 4, "stream": True}),
+    ("chat bad messages", "POST", "/v1/chat/completions", {"messages": "not a list", "max_tokens": 4}),
+    ("server_info", "GET", "/server_info", None),
+]
+
+
+def answer(url: str, method: str, path: str, body: dict | None) -> tuple[int, str, list[object]]:
+    """Status, content type (without parameters) and the shapes of the answer: one per SSE event, else one."""
+    response = httpx.request(method, url + path, json=body, timeout=120)
+    kind = response.headers.get("content-type", "").split(";")[0]
+    if kind == "text/event-stream":
+        assert response.text.endswith("data: [DONE]\n\n")
+        assert all(block.startswith("data: ") for block in response.text.split("\n\n") if block)
+        return response.status_code, kind, [shape(json.loads(p)) for p in events(response)[:-1]]
+    return response.status_code, kind, [shape(response.json())]
+
+
+@pytest.mark.parametrize("name", [c[0] for c in CONFORMANCE])
+def test_stand_in_answers_in_the_real_servers_shape(name: str, real: realsglang.RealServer, strict_standin) -> None:
+    """The same request to the strict stand-in and to the real server: same status, content type, SSE framing,
+    and every key and type the stand-in sends is one the real server sends."""
+    _, method, path, body = next(c for c in CONFORMANCE if c[0] == name)
+    status, kind, real_shapes = answer(real.url, method, path, body)
+    sim_status, sim_kind, sim_shapes = answer(strict_standin.url, method, path, body)
+    if path == "/server_info":  # what ddsweep reads; the stand-in adds its labels and PR #29907's budget field
+        sim_shapes = [{k: v for k, v in sim_shapes[0].items() if k in SERVER_INFO_READ}]
+    assert (sim_status, sim_kind) == (status, kind)
+    problems = [m for s in sim_shapes for m in missing_in(real_shapes[-1], s)] if sim_shapes else []
+    if kind == "text/event-stream":  # each stand-in event against the real event at the same stage
+        problems = missing_in(real_shapes[0], sim_shapes[0]) + missing_in(real_shapes[-1], sim_shapes[-1])
+    assert not problems, problems
+
+
+# Last in the module: it stops the module's server.
 def group_processes(pgid: int) -> dict[int, str]:
     """Live processes of one process group (Linux /proc): pid -> command line."""
     found = {}

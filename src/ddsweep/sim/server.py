@@ -405,8 +405,9 @@ class SimServer(OpenAIEndpoints):
     def _meta(self, req: GenRequest) -> dict:
         meta: dict[str, Any] = {"id": req.rid, "prompt_tokens": req.prompt_tokens,
                                 "completion_tokens": req.completion_tokens, "cached_tokens": req.cached_tokens,
-                                "finish_reason": req.finish_reason(),
-                                "e2e_latency": (req.last_token_ts or req.arrival_ts) - req.arrival_ts}
+                                "finish_reason": req.finish_reason()}
+        if meta["finish_reason"] is not None:  # SGLang sends e2e_latency with the finished request only
+            meta["e2e_latency"] = (req.last_token_ts or req.arrival_ts) - req.arrival_ts
         if self.spec:
             draft_tokens = (self.s.knobs.block_size or 1) - 1
             meta["spec_verify_ct"] = req.verify_ct
@@ -484,9 +485,10 @@ class SimServer(OpenAIEndpoints):
         if req.abort_at is not None and req.completion_tokens >= req.abort_at:
             req.cancelled = True
             meta = {**self._meta(req), "finish_reason": {"type": "abort", "message": ABORT_MESSAGE,
-                                                         "status_code": ABORT_STATUS, "err_type": None}}
+                                                         "status_code": ABORT_STATUS, "err_type": None},
+                    "e2e_latency": (req.last_token_ts or req.arrival_ts) - req.arrival_ts}
             conn.end_stream(b'data: {"text": "' + req.text_json + b'", "meta_info": ' + json.dumps(meta).encode() +
-                            b', "index": 0, "simulated": true}\n\ndata: [DONE]\n\n')
+                            b', "simulated": true}\n\ndata: [DONE]\n\n')
             return
         if req.cut_at is not None and req.completion_tokens >= req.cut_at:
             req.cancelled = True
@@ -498,7 +500,7 @@ class SimServer(OpenAIEndpoints):
             return
         meta = json.dumps(self._meta(req)).encode()
         conn.send_chunk(b'data: {"text": "' + req.text_json + b'", "meta_info": ' + meta +
-                        b', "index": 0, "simulated": true}\n\n')
+                        b', "simulated": true}\n\n')
 
     def _native_done(self, conn: Connection) -> None:
         conn.end_stream(b"data: [DONE]\n\n")

@@ -51,8 +51,8 @@ if LAUNCHES > 1:
             ),
             outdir=lambda wildcards: f"results/launches/{wildcards.point}/launch-{wildcards.launch}",
         shell:
-            "ddsweep run-point --record {params.record:q} --out {params.outdir} --done {output.done} > {log} 2>&1 "
-            "|| (tail -n 30 {log} >&2; exit 1)"
+            "ddsweep run-point --record {params.record:q} --preflight {input.preflight} --out {params.outdir} "
+            "--done {output.done} > {log} 2>&1 || (tail -n 30 {log} >&2; exit 1)"
 
     rule merge_point_launches:
         input:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import copy_workflow, venv_env
-from realengine import real_engine
+from realsglang import manifest
 
 DFLASH_REFUSAL = "ValueError: DFLASH speculative decoding is not supported by CpuSRTPlatform on device 'cpu'."
 POINTS = ("ar", "dflash-bs8-w2048", "bs8-b8-t4-w2048")
@@ -61,13 +61,13 @@ class _Watcher(threading.Thread):
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, dict[int, str], float]:
     """The real-engine study run once through Snakemake; the processes seen meanwhile; its wall time."""
-    env = real_engine()
+    env = manifest()
     workdir = copy_workflow(tmp_path_factory.mktemp("real"), strict_standin=True).resolve()
     # what depends on the machine, from the environment's manifest: the model (also the drafter the DFLASH
     # baseline names), the launcher's Python, the server's environment and CPU flags
-    overlay = {"target": {"model_path": env.model_dir, "server_args": env.server_args},
-               "drafter": {"model_path": env.model_dir},
-               "engine": {"launcher": [env.python, "-m", "sglang.launch_server"], "env": env.env}}
+    overlay = {"target": {"model_path": env["model_dir"], "server_args": env["server_args"]},
+               "drafter": {"model_path": env["model_dir"]},
+               "engine": {"launcher": [env["python"], "-m", "sglang.launch_server"], "env": env["env"]}}
     (workdir / "real-env.yaml").write_text(yaml.safe_dump(overlay))
     watcher = _Watcher(workdir)
     watcher.start()

@@ -78,7 +78,7 @@ def copy_workflow(dest: Path, strict_standin: bool = False) -> Path:
         for path in (dest / ".test").glob("*.yaml"):
             config = yaml.safe_load(path.read_text()) or {}
             launcher = config.get("engine", {}).get("launcher")
-            if launcher and "--sim-strict" not in launcher:
+            if launcher and "sim-server" in launcher and "--sim-strict" not in launcher:
                 config["engine"]["launcher"] = [*launcher, "--sim-strict", "off"]
                 path.write_text(yaml.safe_dump(config, sort_keys=False))
     return dest

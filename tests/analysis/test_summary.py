@@ -22,6 +22,7 @@ from resultsets import (
 )
 
 from ddsweep.analysis.decisions import Decisions, analyse
+from ddsweep.analysis.document import build_summary
 from ddsweep.analysis.render import render_decisions, render_markdown
 from ddsweep.analysis.results import load_results
 from ddsweep.analysis.settings import DEFAULT_PRIORITIES, DEFAULT_REGIMES, Settings
@@ -262,6 +263,16 @@ def test_simulated_results_carry_a_banner(tmp_path: Path) -> None:
     _, text = decide(simulated_set(), tmp_path)
     assert text.splitlines()[2].startswith("> **SIMULATED RESULTS.**")
     assert "### Simulated results" in text
+
+
+def test_the_configured_note_stands_under_the_title(tmp_path: Path) -> None:
+    spec = simulated_set()
+    spec.config["note"] = "A CPU toy model: not a measurement."
+    decisions, text = decide(spec, tmp_path)
+    assert text.splitlines()[2] == "> **Note.** A CPU toy model: not a measurement."
+    assert build_summary(decisions)["note"] == "A CPU toy model: not a measurement."
+    spec.config.pop("note")
+    assert "**Note.**" not in decide(spec, tmp_path / "without")[1]
 
 
 def test_nearest_cell_is_used_and_said_and_platform_mismatch_reported(tmp_path: Path) -> None:

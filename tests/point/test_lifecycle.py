@@ -183,6 +183,9 @@ def test_server_exiting_during_startup_fails_within_seconds_with_log_tail(tmp_pa
     assert time.monotonic() - started < 15
     assert error.value.kind == "startup_exit"
     assert "exited with code" in str(error.value) and "last log lines" in str(error.value)
+    # the exception the server died of is named in the first line, which done.json keeps as the reason
+    assert str(error.value).splitlines()[0].endswith(
+        "RuntimeError: simulated failure while loading the model [simulated fault]; last log lines:")
     failure = json.loads((tmp_path / "ar" / "failure.json").read_text())
     assert failure["error_kind"] == "startup_exit" and failure["status"] == "failed"
     assert not (tmp_path / "ar" / "status.json").exists()

@@ -190,6 +190,21 @@ def test_the_command_line_fails_on_a_typo_and_writes_nothing(tmp_path, capsys):
     assert "[preset ddtree]" in err and "bs16-b8-t4-w2048" in err
 
 
+def test_under_record_the_command_line_writes_the_errors_and_succeeds(tmp_path, capsys):
+    config = demo_config(sweep={"on_preflight_error": "record"},
+                         target={"server_args": ["--speculative-dflash-blok-size", "8"]})
+    out = tmp_path / "preflight.json"
+    assert main(["preflight", "--config-json", json.dumps(config), "--preset", "ar", "--write", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["ok"] is False
+    errors = [f for f in record["findings"] if f["level"] == "error"]
+    assert len(errors) == 1 and errors[0]["points"] == ["ar"]
+    assert "did you mean --speculative-dflash-block-size?" in errors[0]["message"]
+    assert "recorded as failed (error kind preflight)" in capsys.readouterr().err
+    # by hand (nothing to record into) it still fails
+    assert main(["preflight", "--config-json", json.dumps(config), "--preset", "ar"]) == 1
+
+
 def test_the_command_line_passes_the_demo_and_writes_its_findings(tmp_path):
     out = tmp_path / "preflight.json"
     study = json.dumps(demo_config())

@@ -15,9 +15,41 @@ from conftest import demo_record
 from test_lifecycle import NO_CODING, owned_processes_of_port
 
 
-def _run_point(record: dict, out, done) -> subprocess.Popen:
+def _run_point(record: dict, out, done, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "ddsweep", "run-point", "--record", json.dumps(record), "--out",
-                             str(out), "--done", str(done)], stderr=subprocess.PIPE, text=True)
+                             str(out), "--done", str(done), *extra], stderr=subprocess.PIPE, text=True)
+
+
+def test_a_point_whose_preset_the_preflight_refused_is_a_result_and_starts_no_server(tmp_path):
+    record = demo_record("bs8-b8-t4-w2048", **NO_CODING)
+    refusal = {"level": "error", "message": "SGLang (python) does not accept the flag --speculative-ddtree-budget",
+               "preset": "ddtree", "points": ["bs8-b4-t1-w2048", "bs8-b8-t4-w2048"]}
+    preflight = tmp_path / "ddtree.json"
+    preflight.write_text(json.dumps({"study": "demo", "scope": "preset(s) ddtree", "ok": False, "findings": [
+        {"level": "notice", "message": "simulated study", "preset": None, "points": []}, refusal]}))
+    proc = _run_point(record, tmp_path / "p", tmp_path / "p" / "done.json", "--preflight", str(preflight))
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    done = json.loads((tmp_path / "p" / "done.json").read_text())
+    assert done["status"] == "failed" and done["error_kind"] == "preflight"
+    assert done["reason"] == ("stopped by the preflight before any server start: [preset ddtree] SGLang "
+                              "(python) does not accept the flag --speculative-ddtree-budget (points: "
+                              "bs8-b4-t1-w2048, bs8-b8-t4-w2048)")
+    failure = json.loads((tmp_path / "p" / "failure.json").read_text())
+    assert failure["steps"] == {"preflight": "failed"} and failure["error_kind"] == "preflight"
+    point = json.loads((tmp_path / "p" / "point.json").read_text())
+    assert "--speculative-ddtree-budget" in point["command"] and point["preset"] == "ddtree"
+    assert not (tmp_path / "p" / "server.log").exists(), "no server may be started"
+
+
+def test_a_passed_preflight_lets_the_point_run(tmp_path):
+    record = demo_record("ar", **NO_CODING)
+    record["benchmark"].update(contexts=[128], concurrency=[1], repeats=1, requests_per_cell=1, warmup_requests=0,
+                               workloads=[{"name": "coding", "kind": "coding"}])
+    preflight = tmp_path / "ar.json"
+    preflight.write_text(json.dumps({"study": "demo", "scope": "preset(s) ar", "ok": True, "findings": []}))
+    proc = _run_point(record, tmp_path / "p", tmp_path / "p" / "done.json", "--preflight", str(preflight))
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    assert json.loads((tmp_path / "p" / "done.json").read_text())["status"] == "ok"
 
 
 @pytest.mark.slow

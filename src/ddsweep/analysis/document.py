@@ -430,8 +430,8 @@ def build_summary(d: Decisions) -> dict[str, Any]:
     for p in results.points:
         counts[p.status] = counts.get(p.status, 0) + 1
     return {
-        "schema_version": SCHEMA_VERSION, "study": s.study, "simulated": results.simulated,
-        "results_dir": str(results.results_dir), "decision": decision,
+        "schema_version": SCHEMA_VERSION, "study": s.study, "note": (s.config or {}).get("note"),
+        "simulated": results.simulated, "results_dir": str(results.results_dir), "decision": decision,
         "points": {"total": len(results.points), "by_status": counts},
         "statistics": {"method": METHOD, "confidence": s.confidence, "equivalence_margin": s.equivalence_margin,
                        "min_repeats_for_decision": s.min_repeats, "diagnosis_gain": s.diagnosis_gain,

@@ -202,6 +202,8 @@ def _diagnosis(doc: dict[str, Any]) -> list[str]:
 def render_markdown(doc: dict[str, Any]) -> str:
     """Render the optimization summary as Markdown from the summary document."""
     out = [f"# Optimization summary: {doc['study']}", ""]
+    if doc.get("note"):
+        out += [f"> **Note.** {doc['note']}", ""]
     if doc["simulated"]:
         out += ["> **SIMULATED RESULTS.** Some or all figures below come from the simulated server, not from "
                 "real hardware. Do not use them to choose a production configuration.", ""]

@@ -21,8 +21,9 @@ from ddsweep.config.operational import measurement_record
 
 CONFIGURATION = "configuration"
 INFRASTRUCTURE = "infrastructure"
-# Kinds that are a configuration result whatever the log says: the server answered, and not as asked.
-ALWAYS_CONFIGURATION = frozenset({"verify"})
+# Kinds that are a configuration result whatever the log says: the server answered, and not as asked, or its
+# argument parser refused the preset on the submit host (the preflight; no server started).
+ALWAYS_CONFIGURATION = frozenset({"verify", "preflight"})
 # Kinds that never depend on the configuration: the machine, the filesystem, a signal from outside, a start-up
 # that did not finish in time (a slow shared filesystem under many concurrent loads), busy GPUs.
 ALWAYS_INFRASTRUCTURE = frozenset({"config", "io", "interrupted", "startup_timeout", "gpus_busy"})
@@ -67,7 +68,8 @@ def classify(kind: str, log_text: str, patterns: Mapping[str, list[str]], digest
              previous: Mapping | None) -> Classification:
     """The class of a failure of `kind`, from the server log, the preset's patterns and the previous attempt."""
     if kind in ALWAYS_CONFIGURATION:
-        return Classification(CONFIGURATION, f"{kind}: the server ran and did not apply the configuration")
+        return Classification(CONFIGURATION, "preflight: the installed server refused the preset's command"
+                              if kind == "preflight" else f"{kind}: the server ran and did not apply the configuration")
     if kind in ALWAYS_INFRASTRUCTURE:
         return Classification(INFRASTRUCTURE, f"{kind} does not depend on the point's configuration")
     found = matching_pattern(log_text, list(patterns.get("infrastructure") or []))

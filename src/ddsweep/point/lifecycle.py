@@ -27,6 +27,8 @@ SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 # Added to the recorded server_info.json: which of SERVER_INFO_PATHS answered.
 INFO_ENDPOINT_KEY = "ddsweep_endpoint"
 OWNER_ENV = "DDSWEEP_SERVER_OWNER"
+# The last line of a Python traceback: `ValueError: ...`, `torch.OutOfMemoryError: ...`.
+ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception): .+$", re.MULTILINE)
 PORT_IN_USE = re.compile(r"address already in use|errno 98|port .* (is )?(already )?in use", re.IGNORECASE)
 
 
@@ -114,6 +116,12 @@ def render_server(record: Mapping[str, Any], port: int) -> ServerSpec:
                                                         if point.get(k) is not None})
 
 
+def last_error_line(text: str) -> str | None:
+    """The last `SomeError: message` line of a log (the exception a Python server died of), or None."""
+    found = ERROR_LINE.findall(text)
+    return found[-1].strip() if found else None
+
+
 def log_tail(path: Path, lines: int = 30) -> str:
     """The last lines of a log file, for error messages."""
     try:
@@ -165,9 +173,12 @@ class ManagedServer:
             while True:
                 code = self.exited()
                 if code is not None:
-                    kind = "port_in_use" if PORT_IN_USE.search(self._this_start_log()) else "startup_exit"
+                    text = self._this_start_log()
+                    kind = "port_in_use" if PORT_IN_USE.search(text) else "startup_exit"
+                    error = last_error_line(text)
                     raise ServerError(kind, f"the server exited with code {code} during startup "
-                                      f"(port {self.spec.port}); last log lines:\n{log_tail(self.log_path)}")
+                                      f"(port {self.spec.port}){': ' + error if error else ''}; last log lines:\n"
+                                      f"{log_tail(self.log_path)}")
                 try:
                     healthy = client.get(f"{self.spec.url}/health").status_code == 200
                 except httpx.HTTPError:

@@ -327,15 +327,21 @@ def _run_preflight_command(args: argparse.Namespace) -> int:
         print(finding.render(), file=sys.stderr)
     errors = [f for f in findings if f.level == "error"]
     scope = f"preset(s) {', '.join(args.preset)}" if args.preset else "all points"
-    if errors:
+    record = config["sweep"]["on_preflight_error"] == "record"
+    if errors and not (record and args.write):
         print(f"ddsweep preflight: {len(errors)} error(s) in study {config['study']!r} ({scope}); no point was "
               "started", file=sys.stderr)
         if not config.get("simulated"):
             print(f"ddsweep preflight: {DEMO_HINT}", file=sys.stderr)
         return 1
     if args.write:
-        write_json_atomic(args.write, {"study": config["study"], "scope": scope, "ok": True,
+        write_json_atomic(args.write, {"study": config["study"], "scope": scope, "ok": not errors,
                                        "findings": [asdict(f) for f in findings]})
+    if errors:
+        print(f"ddsweep preflight: {len(errors)} error(s) in study {config['study']!r} ({scope}); "
+              "sweep.on_preflight_error is record: its points are recorded as failed (error kind preflight) "
+              f"without a server start, from {args.write}", file=sys.stderr)
+        return 0
     print(f"preflight OK: study {config['study']!r}, {scope}", file=sys.stderr)
     return 0
 
@@ -350,5 +356,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="configuration file(s); later files update earlier ones")
     source.add_argument("--config-json", help="the configuration as one JSON document (used by the workflow)")
     parser.add_argument("--preset", action="append", help="check only the points of this preset (repeatable)")
-    parser.add_argument("--write", metavar="FILE", help="on success, write the findings as JSON to FILE")
+    parser.add_argument("--write", metavar="FILE",
+                        help="on success (or on errors under sweep.on_preflight_error: record), write the findings "
+                             "as JSON to FILE")
     parser.set_defaults(func=_run_preflight_command)

@@ -31,6 +31,7 @@ from ddsweep.point.gpus import check_gpus
 from ddsweep.point.lifecycle import (
     ManagedServer,
     ServerError,
+    ServerSpec,
     describe_failed_checks,
     find_free_port,
     log_tail,
@@ -38,6 +39,7 @@ from ddsweep.point.lifecycle import (
     verify_settings,
 )
 from ddsweep.point.multinode import group_spec, is_multinode
+from ddsweep.point.preflight import PROBE_PORT, Finding
 from ddsweep.storage import read_json, write_json_atomic
 
 PORT_ATTEMPTS = 3
@@ -146,6 +148,37 @@ def _install_signal_handlers(received: list[str]) -> dict:
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
 
 
+def _write_point_file(record: dict, spec: ServerSpec, out_dir: Path, run: PointRun) -> None:
+    """point.json: the point's knobs and the server command it runs (or would have run)."""
+    write_json_atomic(out_dir / "point.json", {
+        "point_id": record["point_id"], "preset": record["point"]["preset"], "kind": record["point"]["kind"],
+        "knobs": {k: record["point"][k] for k in KNOBS},
+        "command": spec.command, "env": spec.env, "host": spec.host, "port": spec.port,
+        "study": record["study"], "simulated": run.simulated})
+
+
+def preflight_errors(path: Path | None) -> list[str]:
+    """The errors of a preflight result file (`ddsweep preflight --write`), one line each; none when it passed."""
+    if path is None:
+        return []
+    try:
+        result = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PointFailed("config", f"cannot read the preflight result {path}: {exc}") from exc
+    if result.get("ok", False):
+        return []
+    errors = [Finding(**f).render().removeprefix("ERROR: ") for f in result.get("findings", [])
+              if f.get("level") == "error"]
+    return errors or [f"the preflight of {path} did not pass and names no error"]
+
+
+def _stop_after_preflight(record: dict, out_dir: Path, run: PointRun, errors: list[str]) -> None:
+    """Record a point whose preset the preflight refused: its command and why; no server is started."""
+    _write_point_file(record, render_server(record, PROBE_PORT), out_dir, run)
+    run.steps["preflight"] = "failed"
+    raise PointFailed("preflight", "stopped by the preflight before any server start: " + "; ".join(errors))
+
+
 def _start_server(record: dict, out_dir: Path, run: PointRun, progress: Callable[[str], None]) -> ManagedServer:
     """Start the server on a free port (a new one if the port was taken meanwhile) and wait until healthy."""
     engine = record["engine"]
@@ -158,11 +191,7 @@ def _start_server(record: dict, out_dir: Path, run: PointRun, progress: Callable
                 check_gpus_free(out_dir, progress)
         if is_multinode(record):
             spec = group_spec(record, spec.port, out_dir)
-        write_json_atomic(out_dir / "point.json", {
-            "point_id": record["point_id"], "preset": record["point"]["preset"], "kind": record["point"]["kind"],
-            "knobs": {k: record["point"][k] for k in KNOBS},
-            "command": spec.command, "env": spec.env, "host": spec.host, "port": spec.port,
-            "study": record["study"], "simulated": run.simulated})
+        _write_point_file(record, spec, out_dir, run)
         server = ManagedServer(spec, out_dir / "server.log", engine["shutdown_timeout_s"])
         progress(f"starting server on {spec.url}: {' '.join(spec.command)}")
         try:
@@ -261,8 +290,12 @@ def _coding_eval(record: dict, server: ManagedServer, out_dir: Path, run: PointR
     _check_alive(server, "coding eval")
 
 
-def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _stderr) -> dict:
-    """Run one point end to end; returns the status record, raises PointFailed (after writing failure.json)."""
+def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _stderr,
+              preflight: Path | None = None) -> dict:
+    """Run one point end to end; returns the status record, raises PointFailed (after writing failure.json).
+
+    `preflight`: the preflight result of the point's preset; when it records errors (`sweep.on_preflight_error:
+    record`), the point fails with them as its result and no server is started."""
     out_dir = Path(out_dir)
     _archive_previous_attempt(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -285,6 +318,9 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
     server: ManagedServer | None = None
     try:
         try:
+            refused = preflight_errors(preflight)
+            if refused:
+                _stop_after_preflight(record, out_dir, run, refused)
             run.steps["server"] = "started"
             server = _start_server(record, out_dir, run, progress)
             run.steps["server"] = "ok"
@@ -342,7 +378,7 @@ def _run_point_command(args: argparse.Namespace) -> int:
         return 2
     out_dir = Path(args.out or f"results/points/{record['point_id']}")
     try:
-        status = run_point(record, out_dir)
+        status = run_point(record, out_dir, preflight=args.preflight)
     except PointFailed as exc:
         print(f"ddsweep run-point: point {record['point_id']} FAILED ({exc.kind}): {exc}\n"
               f"  details: {out_dir / 'failure.json'}; server log: {out_dir / 'server.log'}", file=sys.stderr)
@@ -384,6 +420,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "the workflow keeps out of the record so that changing them reruns no point")
     parser.add_argument("--config", "-c", nargs="+", default=["config/config.yaml"], help="configuration file(s)")
     parser.add_argument("--out", help="output directory (default results/points/POINT)")
+    parser.add_argument("--preflight", metavar="FILE", type=Path,
+                        help="the preflight result of the point's preset (ddsweep preflight --write); when it records "
+                             "errors the point fails with them and no server is started")
     parser.add_argument("--done", metavar="FILE",
                         help="write the point's terminal outcome here and exit 0 when it completed or failed "
                              "because of its configuration; interruptions and missing software still exit non-zero")

@@ -19,7 +19,7 @@ from ddsweep.analysis.load_levels import schedule
 from ddsweep.analysis.plots import PLOTS, PlotData
 from ddsweep.analysis.results import load_results
 from ddsweep.analysis.summarize import summarize
-from ddsweep.analysis.ties import cheapest, point_cost
+from ddsweep.analysis.ties import cheapest, cheapest_unbeaten, point_cost
 from ddsweep.point.lifecycle import render_server
 
 PRESETS = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["engine"]["presets"]
@@ -118,6 +118,16 @@ def test_cost_prefers_the_plans_verify_width(tmp_path: Path) -> None:
     results.plan = {"bs8-b8-t4-w2048": {"tree": {"verify_width": 3}}}
     assert cheapest(results, ["bs8-b4-t4-w2048", "bs8-b8-t4-w2048"]) == "bs8-b8-t4-w2048"
     assert cheapest(results, ["bs16-b8-t4-w2048", "bs8-b8-t2-w2048"]) == "bs8-b8-t2-w2048"  # block size next
+
+
+def test_a_tie_recommends_the_cheapest_member_no_other_member_beats(tmp_path: Path) -> None:
+    results = load_results(write_results(drafter_bound_set(), tmp_path))
+    tied = ["bs8-b8-t4-w2048", "bs8-b4-t4-w2048", "dflash-bs8"]  # verify widths 9, 5, 8
+    assert cheapest_unbeaten(results, tied, lambda a, b: False) == "bs8-b4-t4-w2048"
+    # the chain beats the cheapest member with confidence (both only tied with the leader): the chain is next
+    assert cheapest_unbeaten(results, tied, lambda a, b: (a, b) == ("dflash-bs8", "bs8-b4-t4-w2048")) == "dflash-bs8"
+    assert cheapest_unbeaten(results, tied, lambda a, b: True) == "bs8-b4-t4-w2048"  # all beaten: the cheapest
+    assert cheapest_unbeaten(results, [], lambda a, b: False) is None
 
 
 def test_without_port_drops_only_the_port_option() -> None:

@@ -22,7 +22,7 @@ from ddsweep.analysis.results import ResultSet, ar_point_id
 from ddsweep.analysis.settings import DEFAULT_REGIMES, Priority, Settings
 from ddsweep.analysis.statistics import Estimate, combined_difference, holm, holm_levels, mean_interval
 from ddsweep.analysis.tables import LosslessResult, coding_stats, lossless_vs_ar
-from ddsweep.analysis.ties import cheapest
+from ddsweep.analysis.ties import cheapest_unbeaten
 
 # Limits a priority's `slo` may carry: the per-repeat cell column and the per-request field each bounds.
 SLO_LIMITS: dict[str, str] = {
@@ -159,7 +159,13 @@ def regime_outcome(resolved: ResolvedRegime, ar_id: str | None, s: Settings, res
     reason = _too_few(resolved, ids, s.min_repeats)
     winner = leader if not tied and reason is None else None
     speedup = resolved.speedup(leader, ar_id, s.confidence) if ar_id and ar_id != leader else None
-    recommended = cheapest(results, [leader, *tied]) if tied else leader
+    alpha = 1 - s.confidence
+
+    def beats(a: str, b: str) -> bool:
+        diff = resolved.difference(a, b)
+        return bool(diff) and diff.p_greater(1 + s.equivalence_margin) < alpha
+
+    recommended = cheapest_unbeaten(results, [leader, *tied], beats) if tied else leader
     return RegimeOutcome(resolved, leader, winner, tied, comparisons, speedup, reason, recommended)
 
 
@@ -290,7 +296,11 @@ def _priority_pick(priority: Priority, by_name: dict[str, ResolvedRegime], resul
     reasons = [r for r in (_too_few(by_name[name], candidates, s.min_repeats) for name in used) if r]
     pick.no_decision = reasons[0] if reasons else None
     pick.decided = not pick.tied and pick.no_decision is None
-    pick.recommended = cheapest(results, [leader, *pick.tied]) if pick.tied else leader
+    def beats(a: str, b: str) -> bool:
+        diff = (combined(a, b) if combined else None) or combined_difference(_parts(by_name, used, a, b))
+        return bool(diff) and diff.p_greater(1 + s.equivalence_margin) < 1 - s.confidence
+
+    pick.recommended = cheapest_unbeaten(results, [leader, *pick.tied], beats) if pick.tied else leader
     if len(ranked) > 1:
         pick.runner_up = ranked[1]
         diff = diffs[ranked[1]]

@@ -1,17 +1,22 @@
-"""Resolve a tie the way an operator would: of points the data cannot separate, recommend the cheapest.
+"""Resolve a tie the way an operator would: of points the data cannot separate from the leader, recommend the
+cheapest that no other member of the tied set beats with confidence.
 
-Cost is the target's verify width (slots verified per step: the preset's `tree.verify_width` in plan.json,
-budget + 1 under DDTree; 1 for plain decoding), then the drafter's block size, then the point id, so the
-choice is reproducible. The other members are reported as equivalent, not as losers.
+A tied set is tested against its leader only, so two members can still differ clearly from each other; the
+recommendation skips a member that another member beats. Cost is the target's verify width (slots verified per
+step: the preset's `tree.verify_width` in plan.json, budget + 1 under DDTree; 1 for plain decoding), then the
+drafter's block size, then the point id, so the choice is reproducible. The other members are reported as
+equivalent to the leader, not as losers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ddsweep.analysis.results import ResultSet
 
-RULE = "the cheapest of the tied set: smallest verify width, then smallest block size"
+RULE = ("the cheapest of the tied set that no other member beats with confidence: smallest verify width, then "
+        "smallest block size")
 
 
 @dataclass(frozen=True)
@@ -50,3 +55,16 @@ def cheapest(results: ResultSet, point_ids: list[str]) -> str | None:
         return None
     return min(point_ids, key=lambda pid: (point_cost(results, pid).verify_width,
                                            point_cost(results, pid).block_size, pid))
+
+
+def cheapest_unbeaten(results: ResultSet, point_ids: list[str], beats: Callable[[str, str], bool]) -> str | None:
+    """The cheapest member of `point_ids` (as `cheapest` orders them) that no other member beats, where
+    `beats(a, b)` says a is better than b with confidence; the cheapest when every member is beaten."""
+    if not point_ids:
+        return None
+    ranked = sorted(point_ids, key=lambda pid: (point_cost(results, pid).verify_width,
+                                                point_cost(results, pid).block_size, pid))
+    for pid in ranked:
+        if not any(beats(other, pid) for other in ranked if other != pid):
+            return pid
+    return ranked[0]

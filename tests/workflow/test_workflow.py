@@ -100,7 +100,9 @@ def test_every_point_records_verification_environment_and_measurements(demo_run)
                  "bench/cells.json", "bench/requests.jsonl", "coding/problems.jsonl", "coding/summary.json"):
         assert (point / name).exists(), name
     verification = yaml.safe_load((point / "verification.json").read_text())
-    assert verification["ok"] and len(verification["checks"]) == 4
+    # four /server_info keys and the DDTree worker's start-up line (block size and budget)
+    assert verification["ok"] and len(verification["checks"]) == 5
+    assert [c["ok"] for c in verification["checks"] if c["source"] == "log"] == [True]
     environment = yaml.safe_load((point / "environment.json").read_text())
     assert environment["simulated"] is True and environment["hostname"]
 

@@ -68,29 +68,35 @@ NO_CODING = {"coding_eval": {"enabled": False}}
 
 
 def snakemake(workdir: Path, *configfiles: str, targets: tuple[str, ...] = (), timeout: float = 900,
-              ) -> subprocess.CompletedProcess:
-    """Run `snakemake --cores all --profile slurm` in the working copy, as a user types it from the root."""
+              launches: int = 1) -> subprocess.CompletedProcess:
+    """Run `snakemake --cores all --profile slurm` in the working copy, as a user types it from the root, with
+    `launches` server launches per point (one unless a test is about the launches: each is a Slurm job)."""
+    (workdir / "launches.yaml").write_text(yaml.safe_dump({"sweep": {"launches": launches}}))
     command = [str(SNAKEMAKE), *targets, "--cores", "all", "--profile", "slurm",
-               "--slurm-init-seconds-before-status-checks", "2", "--configfile", ".test/config.yaml", *configfiles]
+               "--slurm-init-seconds-before-status-checks", "2", "--configfile", ".test/config.yaml",
+               "launches.yaml", *configfiles]
     return subprocess.run(command, cwd=workdir, env=venv_env(), capture_output=True, text=True, timeout=timeout,
                           check=False)
 
 
 def submitted(output: str, rule: str) -> list[str]:
-    """The wildcard of every sbatch submission of `rule` Snakemake reported (its Slurm log lives under
-    rule_RULE/WILDCARD/); only point jobs and end-of-study reference runs may go to Slurm."""
+    """The wildcards of every sbatch submission of `rule` Snakemake reported (its Slurm log lives under
+    rule_RULE/WILDCARDS/, the values joined by `_`); only point jobs, their launches and end-of-study reference
+    runs may go to Slurm."""
     found = []
     for _, log in SUBMITTED.findall(output):
         parts = Path(log).parts
-        assert parts[-3] in ("rule_run_point", "rule_reference_run"), f"a job other than a point went to Slurm: {log}"
+        assert parts[-3] in ("rule_run_point", "rule_launch_point", "rule_reference_run"), (
+            f"a job other than a point went to Slurm: {log}")
         if parts[-3] == f"rule_{rule}":
             found.append(parts[-2])
     return found
 
 
 def submitted_points(output: str) -> list[str]:
-    """The point of every run_point submission."""
-    return submitted(output, "run_point")
+    """The point of every point job submitted: a run_point job, or one launch of a point (launch_point, whose
+    wildcards are `POINT_LAUNCH`)."""
+    return submitted(output, "run_point") + [w.rsplit("_", 1)[0] for w in submitted(output, "launch_point")]
 
 
 def write_config(workdir: Path, name: str, data: dict) -> str:
@@ -107,20 +113,21 @@ def _output(done: subprocess.CompletedProcess) -> str:
 def demo_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """The whole demo workflow, run once through the Slurm executor in a working copy."""
     workdir = copy_workflow(tmp_path_factory.mktemp("slurm-demo"))
-    return workdir, snakemake(workdir)
+    return workdir, snakemake(workdir, launches=2)
 
 
 def test_the_demo_runs_end_to_end_through_slurm(demo_run):
     workdir, done = demo_run
     assert done.returncode == 0, _output(done)[-3000:]
     points = [p.point_id for p in running_points(demo_config())]
-    assert len(points) == 8  # 9 configured; bs8-b8-t8-w2048 is an alias of bs8-b8-t4-w2048
-    assert sorted(submitted_points(_output(done))) == sorted(points)
+    assert len(points) == 8  # 10 configured; two are aliases
+    assert sorted(submitted_points(_output(done))) == sorted(points * 2)  # two launches of each, each a job
     for point in points:
         environment = json.loads((workdir / "results/points" / point / "environment.json").read_text())
         assert environment["slurm"]["job_id"], point
         assert (workdir / "results/points" / point / "status.json").exists()
     assert sorted(p.name for p in (workdir / "results/preflight").iterdir()) == ["ar.json", "ddtree.json",
+                                                                               "dflash-nooverlap.json",
                                                                                "dflash.json"]
     summary = (workdir / "reports/optimization_summary.md").read_text()
     assert "snakemake --cores all --profile slurm --configfile .test/config.yaml" in summary  # how to reproduce

@@ -15,6 +15,8 @@ import yaml
 from conftest import ROOT, copy_workflow, venv_env
 from decision_checks import check_first_screen
 
+from ddsweep.analysis.plots import PLOTS
+
 
 def snakemake(workdir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run Snakemake in `workdir` with this interpreter's environment on PATH."""
@@ -249,7 +251,7 @@ def test_html_report_opens_in_a_browser_shows_every_plot_and_has_no_broken_links
     page_path = tmp_path / "report" / "report.html"
     html = page_path.read_text()
     referenced = set(re.findall(r"data/raw/[0-9a-f]+/[\w.]+", html))
-    assert len(referenced) == 8  # seven plots and the summary
+    assert len(referenced) == len(PLOTS) + 1  # every plot and the summary
     assert all((page_path.parent / ref).is_file() for ref in referenced)
     failures: list[str] = []
     with sync_api.sync_playwright() as playwright:

@@ -16,6 +16,9 @@ if LAUNCHES > 1:
 
     ruleorder: merge_point_launches > run_point
 
+    localrules:
+        merge_point_launches,
+
     rule launch_point:
         input:
             preflight=lambda wildcards: f"results/preflight/{POINTS[wildcards.point].preset}.json",

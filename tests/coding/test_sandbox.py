@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import secrets
@@ -587,7 +588,9 @@ def _run_clone(clone: Path, tmp_path: Path, tools: Sequence[str] | None) -> dict
             if shutil.which(tool):
                 (bin_dir / tool).symlink_to(shutil.which(tool))
         path = str(bin_dir)
-    env = {"PATH": path, "PYTHONPATH": str(clone / "src"), "HOME": str(clone.parent)}
+    # the package's one third-party import on this path (psutil, of the client extra), from this environment
+    deps = Path(importlib.util.find_spec("psutil").origin).parents[1]
+    env = {"PATH": path, "PYTHONPATH": os.pathsep.join([str(clone / "src"), str(deps)]), "HOME": str(clone.parent)}
     proc = subprocess.run([str(clone / ".venv" / "bin" / "python"), "-c", VENV_SCRIPT], env=env, cwd=clone,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -130,7 +130,8 @@ def test_generate_non_streamed_and_streamed(real: realsglang.RealServer) -> None
 def test_ddsweep_client_records_a_real_request(real: realsglang.RealServer) -> None:
     [record] = run(ddsweep_requests(real.url, [PROMPT + "# one"], 8))
     assert record.error is None and record.completion_tokens == 8 and record.finish_reason == "length"
-    assert record.prompt_tokens > 5 and record.ttft_s is not None and 0 < record.ttft_s <= record.e2e_s
+    ttft = record.chunks[0][0]  # the first chunk's time since the request was sent
+    assert record.prompt_tokens > 5 and 0 < ttft <= record.e2e_s and record.chunks[-1][1] == 8
 
 
 def test_openai_chat_with_and_without_streaming(real: realsglang.RealServer) -> None:

@@ -68,13 +68,10 @@ NO_CODING = {"coding_eval": {"enabled": False}}
 
 
 def snakemake(workdir: Path, *configfiles: str, targets: tuple[str, ...] = (), timeout: float = 900,
-              launches: int = 1) -> subprocess.CompletedProcess:
-    """Run `snakemake --cores all --profile slurm` in the working copy, as a user types it from the root, with
-    `launches` server launches per point (one unless a test is about the launches: each is a Slurm job)."""
-    (workdir / "launches.yaml").write_text(yaml.safe_dump({"sweep": {"launches": launches}}))
+              ) -> subprocess.CompletedProcess:
+    """Run `snakemake --cores all --profile slurm` in the working copy, as a user types it from the root."""
     command = [str(SNAKEMAKE), *targets, "--cores", "all", "--profile", "slurm",
-               "--slurm-init-seconds-before-status-checks", "2", "--configfile", ".test/config.yaml",
-               "launches.yaml", *configfiles]
+               "--slurm-init-seconds-before-status-checks", "2", "--configfile", ".test/config.yaml", *configfiles]
     return subprocess.run(command, cwd=workdir, env=venv_env(), capture_output=True, text=True, timeout=timeout,
                           check=False)
 
@@ -113,7 +110,7 @@ def _output(done: subprocess.CompletedProcess) -> str:
 def demo_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """The whole demo workflow, run once through the Slurm executor in a working copy."""
     workdir = copy_workflow(tmp_path_factory.mktemp("slurm-demo"))
-    return workdir, snakemake(workdir, launches=2)
+    return workdir, snakemake(workdir)
 
 
 def test_the_demo_runs_end_to_end_through_slurm(demo_run):
@@ -169,18 +166,18 @@ def test_a_config_change_to_one_point_submits_only_that_point(demo_run):
     extra = write_config(workdir, "one-point.yaml", {"sweep": {"points": points}})
     done = snakemake(workdir, extra)
     assert done.returncode == 0, _output(done)[-3000:]
-    assert submitted_points(_output(done)) == ["bs8-b8-t4-w1024"]
+    assert submitted_points(_output(done)) == ["bs8-b8-t4-w1024"] * 2  # its two launches
     # a point reran, so the end of the study moved: the reference runs again on the node
     assert len(submitted(_output(done), "reference_run")) == 1
-    logs = workdir / ".snakemake/slurm_logs/rule_run_point"
-    assert len(list((logs / "bs8-b8-t4-w1024").glob("*.log"))) == 1
+    logs = workdir / ".snakemake/slurm_logs/rule_launch_point"
+    assert [len(list((logs / f"bs8-b8-t4-w1024_{k}").glob("*.log"))) for k in (0, 1)] == [1, 1]
     assert all(len(list(d.glob("*.log"))) == 1 for d in logs.iterdir())
 
 
 @CI_CLUSTER
 def test_a_point_requesting_gpus_gets_them_from_slurm(tmp_path):
     workdir = copy_workflow(tmp_path)
-    extra = write_config(workdir, "gpus.yaml", {"resources": {"gpus": 2}, **NO_CODING})
+    extra = write_config(workdir, "gpus.yaml", {"resources": {"gpus": 2}, "sweep": {"launches": 1}, **NO_CODING})
     done = snakemake(workdir, extra, targets=("results/points/ar/done.json",))
     assert done.returncode == 0, _output(done)[-3000:]
     assert submitted_points(_output(done)) == ["ar"]
@@ -222,7 +219,7 @@ def test_a_cancelled_point_leaves_no_server_and_is_rerun(tmp_path):
     launcher = list(demo["engine"]["launcher"])
     launcher[launcher.index("--sim-startup-delay") + 1] = "30"
     marked = write_config(workdir, "marked.yaml", {"engine": {"env": {name: value}}, "resources": {"retries": 0},
-                                                   **NO_CODING})
+                                                   "sweep": {"launches": 1}, **NO_CODING})
     slow = write_config(workdir, "slow.yaml", {"engine": {"launcher": launcher}})
     command = [str(SNAKEMAKE), "results/points/ar/done.json", "--cores", "all", "--profile", "slurm",
                "--slurm-init-seconds-before-status-checks", "2", "--configfile", ".test/config.yaml", marked, slow]

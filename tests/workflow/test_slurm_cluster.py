@@ -42,11 +42,12 @@ def test_a_point_at_its_time_limit_is_signalled_recorded_as_interrupted_and_resu
     name, value = marker.split("=")
     demo = yaml.safe_load((workdir / ".test/config.yaml").read_text())
     launcher = list(demo["engine"]["launcher"])
-    launcher[launcher.index("--sim-step-ms") + 1] = "20"  # about 0.7 s per request: the benchmark outlasts 2 min
+    launcher[launcher.index("--sim-step-ms") + 1] = "60"  # about 2 s per request: the benchmark outlasts 2 min
     assert launcher[-2:] == ["--sim-strict", "off"]  # no SGLang import at start: the signal finds the benchmark
     extra = write_config(workdir, "limits.yaml", {
         "engine": {"env": {name: value}, "launcher": launcher, "startup_timeout_s": 30, "shutdown_timeout_s": 10},
-        "benchmark": {"requests_per_cell": 500, "repeats": 1},  # the first cell alone outlasts the limit
+        # the first cell alone outlasts the limit (64 distinct prompts fit every context; 500 do not at 128)
+        "benchmark": {"requests_per_cell": 64, "repeats": 1},
         # the signal comes 60 s into the job (Slurm may send it early); on CI the job's own Snakemake took 14 s
         # to start run-point, and a signal before the benchmark would not test an interrupted measurement
         "resources": {"gpus": 1, "runtime_min": 2, "signal_lead_s": 60, "retries": 1, "constraint": "fakegpu",

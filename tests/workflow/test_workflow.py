@@ -185,7 +185,7 @@ def test_changing_only_analysis_settings_reruns_no_point_job(demo_run, tmp_path)
 @pytest.mark.slow
 def test_changing_the_benchmark_matrix_reruns_every_point(demo_run):
     config = yaml.safe_load((demo_run / ".test" / "config.yaml").read_text())
-    config["benchmark"]["repeats"] = 2
+    config["benchmark"]["max_new_tokens"] = 32  # every launch measures something else now
     (demo_run / "changed.yaml").write_text(yaml.safe_dump(config))
     result = snakemake(demo_run, "-n", "--cores", "2", "--configfile", "changed.yaml")
     assert scheduled_jobs(result.stdout + result.stderr)["launch_point"] == 16  # two launches of each point

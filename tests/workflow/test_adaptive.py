@@ -18,9 +18,11 @@ from ddsweep.adaptive.refinement import refine_candidates
 from ddsweep.config.study import load_config
 
 CONFIGS = ("--configfile", ".test/config.yaml", ".test/adaptive.yaml", "no_coding.yaml")
-# The coding eval is the same in every stage and tested elsewhere; without it the study runs in half the time.
-# Settling (off by default) is on, so the race is followed by settling rounds.
-NO_CODING = {"coding_eval": {"enabled": False}, "sweep": {"screen": {"settle_launches": 1}}}
+# The coding eval and the demo's two extra workloads are the same in every stage and tested elsewhere
+# (test_workflow.py); without them the study runs in half the time. Settling (off by default) is on, so the race
+# is followed by settling rounds.
+NO_CODING = {"coding_eval": {"enabled": False}, "sweep": {"screen": {"settle_launches": 1}},
+             "benchmark": {"workloads": [{"name": "coding", "kind": "coding"}]}}
 
 
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
@@ -164,6 +166,18 @@ def test_unsettled_picks_run_settling_launches_of_the_regime_cells_only(adaptive
     assert funnel["stages"]["settle"]["points"] == len(first["settle"])
     assert funnel["stages"]["settle"]["job_min"] > 0
     assert "| settle after launch 3 |" in (adaptive_run / "reports" / "adaptive_funnel.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_dry_run_of_a_fresh_adaptive_study_lists_the_screening_and_the_first_race(tmp_path):
+    # the race's inputs wait for the checkpoints; its command must still be formatted in a dry run
+    workdir = copy_workflow(tmp_path)
+    (workdir / "no_coding.yaml").write_text(yaml.safe_dump(NO_CODING))
+    result = snakemake(workdir, "-n", "--cores", "2", *CONFIGS)
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    assert re.search(r"^screen_point\s+\d+$", output, re.MULTILINE) and re.search(r"^confirm_race\s+\d+$", output,
+                                                                                  re.MULTILINE), output[-3000:]
 
 
 @pytest.mark.slow

@@ -109,7 +109,8 @@ rule confirm_launch:
 
 checkpoint confirm_race:
     input:
-        unpack(race_inputs),
+        launches=race_launch_files,
+        previous=race_previous,
         config="results/study_config.yaml",
     output:
         "results/confirm/race-{launch}.json",

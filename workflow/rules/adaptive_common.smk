@@ -71,14 +71,14 @@ def point_launch_files(wildcards):
     return expand("results/confirm/{apoint}/launch-{k}/done.json", apoint=wildcards.apoint, k=launches)
 
 
-def race_inputs(wildcards):
-    """Launch k of every point still in the race, and the selection that put them there."""
+def race_launch_files(wildcards):
+    """Launch k of every point still in the race (known once the selection before it has run)."""
     k = int(wildcards.launch)
-    return {
-        "launches": expand(
-            "results/confirm/{apoint}/launch-{k}/done.json",
-            apoint=race_points(k),
-            k=k,
-        ),
-        "previous": (f"results/confirm/race-{k - 1}.json" if k > 0 else "results/screen/selection.json"),
-    }
+    return expand("results/confirm/{apoint}/launch-{k}/done.json", apoint=race_points(k), k=k)
+
+
+def race_previous(wildcards):
+    """The selection that put the points in race k: the race before it, or the screening's selection. Its own
+    input function, so that a dry run can name it before the checkpoints have run."""
+    k = int(wildcards.launch)
+    return f"results/confirm/race-{k - 1}.json" if k > 0 else "results/screen/selection.json"

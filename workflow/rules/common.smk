@@ -10,7 +10,6 @@ from snakemake.utils import validate
 
 from ddsweep.config.launches import grid_launches
 from ddsweep.config.operational import OPERATIONAL_KEYS, measurement_record, operational_settings
-from ddsweep.config.launches import grid_launches
 from ddsweep.config.plan import running_points
 from ddsweep.config.reference import reference_enabled, reference_point
 from ddsweep.adaptive.stages import is_adaptive

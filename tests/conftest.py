@@ -5,9 +5,9 @@ Rules that keep the suite fast and safe in parallel:
 - A test that takes more than about a second (it starts Snakemake, many stand-ins, a sandbox pool, a browser) is
   marked `slow`: `pytest -m "not slow"` is the fast subset and stays under 90 s.
 - Tests that share a module-scoped fixture (one Snakemake run, one stand-in) run on one worker, in file order:
-  `pytest_collection_modifyitems` below groups them by module, and every Slurm test (`slurm` mark) into one
-  group, since there is one test cluster per machine. A test needing another group says so with
-  `pytest.mark.xdist_group(name)`.
+  `pytest_collection_modifyitems` below groups them by module. A test needing another group says so with
+  `pytest.mark.xdist_group(name)`. Slurm tests run side by side on the one test cluster (.ci/slurm-up.sh gives
+  its node more CPU slots than cores): none may depend on the queue being otherwise empty.
 - No fixed ports (standin.free_port), no files outside tmp_path, no Snakemake run in the repository itself
   except `--lint` (those carry `xdist_group("repo-root")`), no process left behind. A module does no expensive
   work at import (every worker imports every module): load SGLang and start servers in fixtures.
@@ -91,7 +91,8 @@ def venv_env() -> dict[str, str]:
 
 # Run first, in this order: the longest groups, then the other slow tests, so that none starts last and stretches
 # the whole run.
-LONG_GROUPS = ("slurm", "tests/workflow/test_adaptive.py", "tests/workflow/test_workflow.py")
+LONG_GROUPS = ("tests/workflow/test_workflow.py", "tests/workflow/test_adaptive.py", "tests/workflow/test_slurm.py",
+               "tests/workflow/test_adaptive_slurm.py")
 
 
 def _module_fixture(item: pytest.Item) -> bool:
@@ -104,9 +105,7 @@ def _module_fixture(item: pytest.Item) -> bool:
 
 
 def _group(item: pytest.Item) -> str | None:
-    """The xdist group a test belongs to: Slurm, or its module when it shares a longer-lived fixture."""
-    if item.get_closest_marker("slurm"):
-        return "slurm"
+    """The xdist group a test belongs to: its module when it shares a longer-lived fixture."""
     if _module_fixture(item):
         return item.nodeid.split("::", 1)[0]
     return None

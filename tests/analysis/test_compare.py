@@ -71,6 +71,7 @@ def test_a_weaker_drafter_shows_in_acceptance_and_speed_ratios_and_the_environme
     assert (out / "compare.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_ratios_of_synthetic_studies_match_the_built_in_change(tmp_path: Path) -> None:
     spec_a, spec_b = drafter_bound_set(), drafter_bound_set()
     for p in spec_b.points:

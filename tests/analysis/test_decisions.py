@@ -63,6 +63,7 @@ def test_two_identical_points_are_tied_in_95_percent_of_seeds() -> None:
     assert tied >= 0.95 * len(SEEDS), tied
 
 
+@pytest.mark.slow
 def test_a_printed_comparison_interval_agrees_with_its_test() -> None:
     """A point counts as beaten exactly when the printed interval of the leader's ratio over it lies above
     1 + margin: the interval is two-sided at the level matching the one-sided Holm test."""

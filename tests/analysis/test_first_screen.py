@@ -49,6 +49,7 @@ def summarized(tmp_path_factory: pytest.TempPathFactory) -> tuple[ResultSetSpec,
     return spec, result.document, result.summary_path.read_text(), root
 
 
+@pytest.mark.slow
 def test_first_screen_names_each_decision_its_ratios_and_its_launch_command(summarized: tuple) -> None:
     _, document, markdown, _ = summarized
     check_first_screen(markdown, document, PRESETS)

@@ -357,6 +357,7 @@ def test_too_few_repeats_say_no_decision_is_possible(tmp_path: Path) -> None:
     assert "no_decision" in kinds
 
 
+@pytest.mark.slow
 def test_the_summary_reads_only_this_studys_points_and_names_the_rest(tmp_path: Path) -> None:
     """An adaptive study passes the done.json files its selection and confirmation produced: a point directory
     left over from an older run is not read, and the summary names it as ignored."""

@@ -5,9 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from ddsweep.point.lifecycle import find_free_port
 
 
+@pytest.mark.slow
 def test_a_benchmark_against_a_server_that_is_not_there_fails_with_one_message(tmp_path):
     url = f"http://127.0.0.1:{find_free_port('127.0.0.1')}"
     out = tmp_path / "cells.json"

@@ -28,6 +28,7 @@ def _solutions() -> list[str]:
         return [json.loads(line)["canonical_solution"].strip() for line in handle if line.strip()]
 
 
+@pytest.mark.slow
 def test_prompts_are_distinct_and_hold_no_humaneval_solution(tmp_path: Path) -> None:
     largest = max(yaml.safe_load(CONFIG.read_text())["benchmark"]["contexts"])
     log = tmp_path / "prompts.jsonl"
@@ -79,6 +80,7 @@ def test_a_prompt_past_the_context_length_fails_with_the_servers_message(tmp_pat
                                     e.endswith("longer than the model's context length (256 tokens).") for e in errors)
 
 
+@pytest.mark.slow
 def test_ttft_tpot_and_chunk_gaps_recomputed_from_chunks_match_cells_json(tmp_path: Path) -> None:
     settings = BenchSettings(contexts=[256], concurrency=[4], max_new_tokens=32, requests_per_cell=16, repeats=1,
                              warmup_requests=0, workloads=[CODING])

@@ -57,6 +57,7 @@ def _tokenize(url: str) -> tuple[httpx.Client, object]:
     return client, tokenize
 
 
+@pytest.mark.slow
 def test_prompts_of_every_workload_land_within_5_percent_as_the_server_counts(sims, traffic, tmp_path) -> None:
     workloads = [{"name": "coding", "kind": "coding"}, {"name": "prose", "kind": "prose"},
                  {"name": "traffic", "kind": "jsonl", "path": str(traffic)}]

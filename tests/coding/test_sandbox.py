@@ -64,6 +64,7 @@ def default_sandbox() -> Iterator[Sandbox]:
         yield box
 
 
+@pytest.mark.slow
 def test_canonical_solutions_all_pass(default_sandbox: Sandbox) -> None:
     """Every canonical HumanEval solution passes its own tests in the sandbox."""
     results = default_sandbox.run_many([p.sandbox_job(p.canonical_program()) for p in PROBLEMS])

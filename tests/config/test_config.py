@@ -99,6 +99,7 @@ def test_find_point_names_known_points(study):
         find_point(config, "bs8-b99")
 
 
+@pytest.mark.slow
 def test_plan_lists_points_count_and_estimate(study):
     config = validate_config(study)
     text = format_plan(config)

@@ -153,6 +153,7 @@ def test_plan_prints_each_points_effective_tree(study):
             assert nodes <= sum(width ** i for i in range(1, depth + 1)), line
 
 
+@pytest.mark.slow
 def test_plan_command_writes_the_plan_document(tmp_path):
     out = tmp_path / "plan.json"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -212,6 +213,7 @@ def test_a_slurm_host_list_counts_its_hosts():
     assert count_hosts("a[1-2]-b[1-3]") == 6
 
 
+@pytest.mark.slow
 def test_the_plan_on_slurm_counts_the_reference_runs_and_every_start_up(study, tmp_path):
     out = tmp_path / "plan.json"
     result = subprocess.run([sys.executable, "-m", "ddsweep", "plan", "-c", "config/config.yaml", "--executor",
@@ -256,6 +258,7 @@ def test_auto_runs_adaptive_only_when_it_is_expected_to_cost_less_than_the_grid(
     assert "WARNING" not in format_plan(validate_config(big), format_stage_plan(validate_config(big)))
 
 
+@pytest.mark.slow
 def test_the_full_humaneval_on_ar_reaches_its_record_and_the_plan(study):
     config = copy.deepcopy(study)
     config["coding_eval"].update(limit=20, full_on_ar=True)

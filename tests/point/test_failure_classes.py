@@ -51,6 +51,7 @@ def test_the_record_digest_ignores_operational_settings_and_follows_measurement_
     assert record_digest(slower) == record_digest(record) != record_digest(other)
 
 
+@pytest.mark.slow
 def test_a_crash_is_retried_once_and_becomes_a_configuration_result_when_it_happens_again(tmp_path):
     record = demo_record("ar", sim_args=["--sim-fault", "exit-during-startup"], **NO_CODING)
     out = tmp_path / "p"

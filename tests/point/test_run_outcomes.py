@@ -41,6 +41,7 @@ def test_a_point_whose_preset_the_preflight_refused_is_a_result_and_starts_no_se
     assert not (tmp_path / "p" / "server.log").exists(), "no server may be started"
 
 
+@pytest.mark.slow
 def test_a_passed_preflight_lets_the_point_run(tmp_path):
     record = demo_record("ar", **NO_CODING)
     record["benchmark"].update(contexts=[128], concurrency=[1], repeats=1, requests_per_cell=1, warmup_requests=0,

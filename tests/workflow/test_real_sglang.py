@@ -90,6 +90,7 @@ def _json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_ar_runs_in_full_against_the_real_server(real_run):
     workdir = real_run[0]
     point = workdir / "results/points/ar"

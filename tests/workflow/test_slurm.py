@@ -106,18 +106,33 @@ def _output(done: subprocess.CompletedProcess) -> str:
     return done.stdout + done.stderr
 
 
+# The demo made smaller for the Slurm round trips: every preset (ar, the DFlash chain and its no-overlap twin,
+# DDTree with and without the window), each point in two launch jobs, the coding eval in the last; one context.
+SMALL_DEMO = {
+    "sweep": {"grid": {"budget": [8], "topk": [4], "block_size": [8], "window": [2048]},
+              "points": [{"preset": "ddtree", "budget": 8, "topk": 4, "block_size": 8, "window": None}]},
+    "benchmark": {"contexts": [128], "concurrency": [1, 4], "repeats": 2,
+                  "workloads": [{"name": "coding", "kind": "coding"}]},
+    "coding_eval": {"limit": 2},
+    "analysis": {"regimes": [{"name": "latency", "metric": "decode_tok_s", "context": 128, "concurrency": 1},
+                             {"name": "throughput", "metric": "output_throughput_tok_s", "context": 128,
+                              "concurrency": 4}],
+                 "priorities": {"latency_first": {"latency": 1.0}, "throughput_first": {"throughput": 1.0}}},
+}
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """The whole demo workflow, run once through the Slurm executor in a working copy."""
+    """The demo workflow, made small (SMALL_DEMO), run once through the Slurm executor in a working copy."""
     workdir = copy_workflow(tmp_path_factory.mktemp("slurm-demo"))
-    return workdir, snakemake(workdir)
+    return workdir, snakemake(workdir, write_config(workdir, "small.yaml", SMALL_DEMO))
 
 
 def test_the_demo_runs_end_to_end_through_slurm(demo_run):
     workdir, done = demo_run
     assert done.returncode == 0, _output(done)[-3000:]
-    points = [p.point_id for p in running_points(demo_config())]
-    assert len(points) == 8  # 10 configured; two are aliases
+    points = [p.point_id for p in running_points(demo_config(**SMALL_DEMO))]
+    assert len(points) == 5
     assert sorted(submitted_points(_output(done))) == sorted(points * 2)  # two launches of each, each a job
     for point in points:
         environment = json.loads((workdir / "results/points" / point / "environment.json").read_text())
@@ -127,7 +142,8 @@ def test_the_demo_runs_end_to_end_through_slurm(demo_run):
                                                                                "dflash-nooverlap.json",
                                                                                "dflash.json"]
     summary = (workdir / "reports/optimization_summary.md").read_text()
-    assert "snakemake --cores all --profile slurm --configfile .test/config.yaml" in summary  # how to reproduce
+    # how to reproduce
+    assert "snakemake --cores all --profile slurm --configfile .test/config.yaml --configfile small.yaml" in summary
     assert (workdir / "reports/bundle.json").exists()
 
 
@@ -150,7 +166,7 @@ def test_on_slurm_the_reference_runs_again_on_the_node_after_every_point(demo_ru
 def test_a_rerun_without_changes_submits_nothing(demo_run):
     workdir, first = demo_run
     assert first.returncode == 0
-    done = snakemake(workdir)
+    done = snakemake(workdir, "small.yaml")
     assert done.returncode == 0, _output(done)[-3000:]
     assert SUBMITTED.findall(_output(done)) == []
     assert "Nothing to be done" in _output(done)
@@ -159,12 +175,11 @@ def test_a_rerun_without_changes_submits_nothing(demo_run):
 def test_a_config_change_to_one_point_submits_only_that_point(demo_run):
     workdir, first = demo_run
     assert first.returncode == 0
-    demo = yaml.safe_load((workdir / ".test/config.yaml").read_text())
-    points = demo["sweep"]["points"]
+    points = [dict(p) for p in SMALL_DEMO["sweep"]["points"]]
     changed = next(p for p in points if p["window"] is None)
     changed["window"] = 1024
     extra = write_config(workdir, "one-point.yaml", {"sweep": {"points": points}})
-    done = snakemake(workdir, extra)
+    done = snakemake(workdir, "small.yaml", extra)
     assert done.returncode == 0, _output(done)[-3000:]
     assert submitted_points(_output(done)) == ["bs8-b8-t4-w1024"] * 2  # its two launches
     # a point reran, so the end of the study moved: the reference runs again on the node
@@ -184,6 +199,15 @@ def test_a_point_requesting_gpus_gets_them_from_slurm(tmp_path):
     environment = json.loads((workdir / "results/points/ar/environment.json").read_text())
     assert environment["cuda_visible_devices"] == "0,1"
     assert environment["slurm"]["gpus_on_node"] == "2"
+    job = scontrol_job(environment["slurm"]["job_id"])  # Slurm keeps an ended job for MinJobAge (300 s)
+    assert job["OverSubscribe"] == "NO", job  # resources.exclusive: on by default with GPUs
+
+
+def scontrol_job(job_id: str) -> dict[str, str]:
+    """`scontrol show job` as key=value pairs."""
+    text = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, check=True,
+                          timeout=30).stdout
+    return dict(item.split("=", 1) for item in text.split() if "=" in item)
 
 
 def _marked_processes(marker: str) -> list[int]:
@@ -226,7 +250,8 @@ def test_a_cancelled_point_leaves_no_server_and_is_rerun(tmp_path):
     with open(tmp_path / "cancelled.log", "w") as log:
         run = subprocess.Popen(command, cwd=workdir, env=venv_env(), stdout=log, stderr=subprocess.STDOUT)
         try:
-            _wait_for(lambda: _marked_processes(marker), 120, "the point's server to start under Slurm")
+            # other tests' jobs may hold the node first (an exclusive GPU job waits for it to be empty)
+            _wait_for(lambda: _marked_processes(marker), 400, "the point's server to start under Slurm")
             logs = workdir / ".snakemake/slurm_logs/rule_run_point/ar"
             job_id = _wait_for(lambda: [p.stem for p in logs.glob("*.log")], 10, "the Slurm log")[0]
             subprocess.run(["scancel", job_id], check=True, timeout=30)

@@ -19,18 +19,12 @@ from test_slurm import (
     _slurm_answers,
     _wait_for,
     pytestmark,
+    scontrol_job,
     submitted_points,
     write_config,
 )
 
 __all__ = ["pytestmark", "_slurm_answers"]
-
-
-def _scontrol(job_id: str) -> dict[str, str]:
-    """`scontrol show job` as key=value pairs."""
-    text = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, check=True,
-                          timeout=30).stdout
-    return dict(item.split("=", 1) for item in text.split() if "=" in item)
 
 
 @CI_CLUSTER
@@ -50,8 +44,9 @@ def test_a_point_at_its_time_limit_is_signalled_recorded_as_interrupted_and_resu
         "benchmark": {"requests_per_cell": 64, "repeats": 1},
         # the signal comes 60 s into the job (Slurm may send it early); on CI the job's own Snakemake took 14 s
         # to start run-point, and a signal before the benchmark would not test an interrupted measurement
+        # not exclusive (the default with GPUs, tested in test_slurm.py): other tests' jobs share the node
         "resources": {"gpus": 1, "runtime_min": 2, "signal_lead_s": 60, "retries": 1, "constraint": "fakegpu",
-                      "nodelist": node},
+                      "nodelist": node, "exclusive": False},
         **NO_CODING})
     command = [str(SNAKEMAKE), "results/points/ar/done.json", "--cores", "all", "--profile", "slurm",
                "--slurm-init-seconds-before-status-checks", "2", "--configfile", ".test/config.yaml", extra]
@@ -59,10 +54,9 @@ def test_a_point_at_its_time_limit_is_signalled_recorded_as_interrupted_and_resu
         run = subprocess.Popen(command, cwd=workdir, env=venv_env(), stdout=log, stderr=subprocess.STDOUT)
         try:
             logs = workdir / ".snakemake/slurm_logs/rule_run_point/ar"
-            job_id = _wait_for(lambda: [p.stem for p in logs.glob("*.log")] or _ended(run), 120,
+            job_id = _wait_for(lambda: [p.stem for p in logs.glob("*.log")] or _ended(run), 400,
                                "the first Slurm job")[0]
-            job = _scontrol(job_id)
-            assert job["OverSubscribe"] == "NO", job  # resources.exclusive: on by default with GPUs
+            job = scontrol_job(job_id)
             assert job["Features"] == "fakegpu", job
             assert job["ReqNodeList"] == node, job
             assert job["TimeLimit"] == "00:02:00", job

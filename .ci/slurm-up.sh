@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install and start a single-node Slurm cluster on this machine for the Slurm-profile tests: Debian's
 # slurm-wlm and munge, no accounting database (accounting_storage/none, so job status comes from squeue),
-# and a node that advertises 8 CPU slots and 8 GPUs as generic resources backed by dummy character devices, so that
+# and a node with 8 CPU slots and 8 GPUs as generic resources backed by dummy character devices, so that
 # `--gpus=N` is scheduled and sets CUDA_VISIBLE_DEVICES like on a GPU node. Run as root. Idempotent: a
 # running cluster with the same configuration is left alone; a changed configuration restarts the daemons
 # with a clean state directory. Ends when the node is idle and accepts jobs.
@@ -9,8 +9,7 @@ set -euo pipefail
 
 FAKE_GPUS=8
 # CPU slots the node advertises (SlurmdParameters=config_overrides): more than the machine's cores, so that the
-# one-CPU jobs of several Slurm tests run side by side instead of queueing behind each other; they mostly wait
-# on servers and status checks.
+# one-CPU jobs of several Slurm tests run side by side instead of queueing behind each other.
 CPU_SLOTS=8
 FEATURE=fakegpu
 GPU_DIR=/var/lib/fakegpu

@@ -3,7 +3,7 @@ pytest-xdist workers (pyproject.toml runs `-n 4 --dist loadgroup`).
 
 Rules that keep the suite fast and safe in parallel:
 - A test that takes more than about a second (it starts Snakemake, many stand-ins, a sandbox pool, a browser) is
-  marked `slow`: `pytest -m "not slow"` is the fast subset and stays under 90 s.
+  marked `slow`: `pytest -m "not slow"` is the fast subset, meant to finish within 90 s.
 - Tests that share a module-scoped fixture (one Snakemake run, one stand-in) run on one worker, in file order:
   `pytest_collection_modifyitems` below groups them by module. A test needing another group says so with
   `pytest.mark.xdist_group(name)`. Slurm tests run side by side on the one test cluster (.ci/slurm-up.sh gives

@@ -95,6 +95,18 @@ def test_chat_prompts_are_sent_as_the_chat_template_renders_them(sims) -> None:
         assert bad.status_code == 400
 
 
+def test_a_small_context_prompt_is_sized_where_its_first_padding_windows_all_miss(sims) -> None:
+    # At context 128 one HumanEval problem fits the stand-in's tokenizer, and for these (seed, sequence) its first
+    # OFFSET_TRIES padding windows all miss the target: later windows must be tried before giving up.
+    client, tokenize = _tokenize(sims["ar"].url)
+    with client:
+        for seed, sequences in ((0, [182]), (1, [61, 135, 280]), (2, [34])):
+            builder = PromptBuilder(Workload("coding", "coding"), tokenize, seed)
+            for sequence in sequences:
+                prompt = builder.build(128, sequence)
+                assert abs(len(prompt.input_ids) - 128) <= 0.045 * 128, (seed, sequence)
+
+
 def test_a_source_without_a_fitting_prompt_names_the_workload(sims, tmp_path) -> None:
     path = tmp_path / "long.jsonl"
     path.write_text(json.dumps({"prompt": "word " * 400}) + "\n", encoding="utf-8")

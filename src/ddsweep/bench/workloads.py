@@ -242,17 +242,20 @@ class PromptBuilder:
                                 f"too short for context {target} without repeating itself")
         stride = _coprime_stride(len(offsets))
         slot = (self.seed * 7919 + sequence * stride) % len(offsets)
-        for step in range(len(fits)):
-            index = fits[(sequence + step) % len(fits)]
-            if (index, target) in self._unfit:
-                continue
-            base = self._base_count(index, target)
-            for retry in range(OFFSET_TRIES):  # a window's line or word cuts may miss the target: the next window
-                prompt = self._grow(index, base, target, offsets[(slot + retry) % len(offsets)])
-                if prompt is not None:
-                    return prompt
-            if base > target * (1 + MAX_ERROR):
-                self._unfit.add((index, target))
+        # A window's line or word cuts may miss the target: the next windows of every fitting item first, then
+        # (at small contexts, where one token is most of the tolerance) every other window before giving up.
+        for windows in (range(OFFSET_TRIES), range(OFFSET_TRIES, len(offsets))):
+            for step in range(len(fits)):
+                index = fits[(sequence + step) % len(fits)]
+                if (index, target) in self._unfit:
+                    continue
+                base = self._base_count(index, target)
+                for retry in windows:
+                    prompt = self._grow(index, base, target, offsets[(slot + retry) % len(offsets)])
+                    if prompt is not None:
+                        return prompt
+                if base > target * (1 + MAX_ERROR):
+                    self._unfit.add((index, target))
         raise WorkloadError(f"workload {self.workload.name}: no prompt can be sized to context {target} within "
                             f"{MAX_ERROR:.1%}")
 

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Install a real SGLang 0.5.23 server that runs on a CPU-only machine into the virtualenv given as $1, with nothing
-# downloaded but packages from the package registries:
-#   - torch 2.14.1 (SGLang's pin; the PyPI Linux wheel is the CUDA build, which imports and runs without a GPU) and
-#     torchvision 0.29.1, SGLang itself without its dependencies (those pull GPU-only kernel wheels that do not
-#     import here), and the pure-Python packages SGLang imports to serve, at the versions its wheel pins;
+# downloaded but packages from the package registries, in about 2 GB:
+#   - torch 2.13.0, the CPU build that lies on the CI machine's disk (pip's find-links; elsewhere pip takes PyPI's
+#     build of the same version) instead of SGLang's pin 2.14.1, whose PyPI wheel is the CUDA build (about 7 GB
+#     with its NVIDIA libraries: more than the CI machine's disk had free); SGLang runs unchanged on it;
+#   - PyPI's torchvision 0.28.0 (the release for torch 2.13) without dependencies, with its two unguarded operator
+#     registrations guarded (.ci/real-sglang/guard_torchvision_ops.py: its operator library links CUDA torch and
+#     does not load beside the CPU build; SGLang imports torchvision for vision configs only);
+#   - SGLang itself without its dependencies (those pull GPU-only kernel wheels that do not import here), and the
+#     pure-Python packages SGLang imports to serve, at the versions its wheel pins;
 #   - the sgl_kernel stand-in (.ci/real-sglang/kernel): the one CPU kernel plain decoding calls, in pure PyTorch;
 #     it goes first on PYTHONPATH of the server process only, never into site-packages;
 #   - a tiny random Llama model with a locally trained tokenizer (.ci/real-sglang/make_tiny_model.py);
@@ -19,8 +24,8 @@ venv=${1:?usage: .ci/sglang-real.sh VENV (a Python virtualenv directory)}
 here=$(cd "$(dirname "$0")" && pwd)
 python="$(cd "$venv" && pwd)/bin/python"
 sglang_version=0.5.23
-torch_version=2.14.1
-torchvision_version=0.29.1
+torch_version=2.13.0
+torchvision_version=0.28.0
 kernel_dir="$here/real-sglang/kernel"
 state_dir="$(cd "$venv" && pwd)/ddsweep-real-sglang"
 model_dir="$state_dir/model"
@@ -65,9 +70,11 @@ if probe; then
     exit 0
 fi
 start=$SECONDS
-pip=("$python" -m pip install --quiet --disable-pip-version-check)
-"${pip[@]}" "torch==$torch_version" "torchvision==$torchvision_version" "${packages[@]}"
-"${pip[@]}" --no-deps "sglang==$sglang_version"
+pip=("$python" -m pip install --quiet --disable-pip-version-check --no-cache-dir)
+"${pip[@]}" "torch==$torch_version" "${packages[@]}"
+# Without dependencies: torchvision's would replace the CPU torch.
+"${pip[@]}" --no-deps "torchvision==$torchvision_version" "sglang==$sglang_version"
+"$python" "$here/real-sglang/guard_torchvision_ops.py"
 echo "sglang-real: packages installed ($((SECONDS - start)) s)"
 rm -rf "$model_dir"
 "$python" "$here/real-sglang/make_tiny_model.py" "$model_dir" >/dev/null

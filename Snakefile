@@ -28,6 +28,7 @@ else:
     include: "workflow/rules/reference.smk"
 
 
+include: "workflow/rules/coding_full.smk"
 include: "workflow/rules/aggregate.smk"
 
 

@@ -282,3 +282,31 @@ def test_html_report_opens_in_a_browser_shows_every_plot_and_has_no_broken_links
         browser.close()
     assert all(width > 300 for width in shown.values()), shown
     assert failures == []
+
+
+@pytest.mark.slow
+def test_full_humaneval_on_the_picks_runs_after_the_study_without_rerunning_a_point(demo_run, tmp_path):
+    demo_run = Path(shutil.copytree(demo_run, tmp_path / "copy", symlinks=True))  # the real run changes files
+    config = yaml.safe_load((demo_run / ".test" / "config.yaml").read_text())
+    config["coding_eval"]["full_on_picks"] = True
+    (demo_run / "picks.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(demo_run, "-n", "--cores", "2", "--configfile", "picks.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = scheduled_jobs(result.stdout + result.stderr)
+    assert "coding_picks" in jobs and not {"launch_point", "run_point", "merge_point_launches"} & set(jobs), jobs
+    result = snakemake(demo_run, "--cores", "2", "--configfile", "picks.yaml", timeout=1200)
+    assert result.returncode == 0, result.stderr[-5000:]
+    picks = json.loads((demo_run / "results" / "coding_full" / "picks.json").read_text())
+    document = json.loads((demo_run / "reports" / "summary.json").read_text())
+    recommended = {e["recommended"] for e in document["decision"]["priorities"] if e["recommended"]}
+    assert set(picks["picks"]) == recommended and picks["run"]
+    section = next(s for s in document["sections"] if s["kind"] == "full_coding")
+    assert {row["point_id"] for row in section["rows"]} == recommended
+    for row in section["rows"]:
+        if row["point_id"] in picks["run"]:
+            status = json.loads((demo_run / "results" / "coding_full" / row["point_id"] / "status.json").read_text())
+            assert status["steps"]["bench"] == "skipped" and status["steps"]["coding"] == "ok"
+            assert row["problems"] == 164 and row["passed"]["trials"] == 164
+            assert not (demo_run / "results" / "coding_full" / row["point_id"] / "bench").exists()
+    summary = (demo_run / "reports" / "optimization_summary.md").read_text()
+    assert "## Full HumanEval on the recommended points" in summary

@@ -45,6 +45,8 @@ rule summarize:
         funnel=["results/screen/funnel.json"] if ADAPTIVE else [],
         # end-of-study reference runs, when they run (workflow/rules/reference.smk)
         reference=[] if ADAPTIVE else reference_done_files,
+        # the recommended points' full HumanEval, when it runs (workflow/rules/coding_full.smk)
+        coding_full=coding_full_inputs,
     output:
         summary=report(
             "reports/optimization_summary.md",
@@ -62,9 +64,11 @@ rule summarize:
         "results/logs/summarize.log",
     conda:
         "../../envs/analysis.yaml"
+    params:
+        coding_full="--coding-full results/coding_full/picks.json" if full_coding_on() else "",
     shell:
         "ddsweep summarize results --out reports --config {input.config} --points {input.points} "
-        "--reference {input.reference} > {log} 2>&1"
+        "--reference {input.reference} {params.coding_full} > {log} 2>&1"
 
 
 rule bundle:

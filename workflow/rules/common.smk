@@ -220,6 +220,23 @@ def reference_done_files(wildcards):
     return expand("results/reference/end-{host}/done.json", host=hosts)
 
 
+def full_coding_on():
+    """Whether the recommended points answer the full HumanEval after the study (coding_eval.full_on_picks)."""
+    coding = STUDY["coding_eval"]
+    return bool(coding["enabled"] and coding.get("full_on_picks"))
+
+
+def coding_full_inputs(wildcards):
+    """The picks of the full HumanEval and the done.json of each full run the summary waits for (none when
+    coding_eval.full_on_picks is off; workflow/rules/coding_full.smk)."""
+    if not full_coding_on():
+        return []
+    picks = checkpoints.coding_picks.get().output[0]
+    with open(picks) as handle:
+        run = json.load(handle)["run"]
+    return [picks, *expand("results/coding_full/{point}/done.json", point=run)]
+
+
 def final_outputs():
     """What `snakemake` builds by default: the summary, tables, plots and a bundle."""
     return [
@@ -230,14 +247,3 @@ def final_outputs():
         *expand("reports/plots/{plot}.png", plot=PLOTS),
         *(["reports/adaptive_funnel.md"] if ADAPTIVE else []),
     ]
-
-
-# Server launches per grid point (sweep.launches; workflow/rules/launches.smk).
-LAUNCHES = grid_launches(STUDY)
-
-
-def launch_priority(wildcards):
-    """Earlier launches first; the reference point's first launch before every other job (sweep.reference)."""
-    first = reference_priority("point")
-    reference = first(wildcards) if callable(first) else first
-    return 2 * (LAUNCHES - int(wildcards.launch)) + reference

@@ -15,11 +15,12 @@ from ddsweep.analysis.chain import chain_section
 from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.document import build_summary, jsonable
 from ddsweep.analysis.drift import load_reference_runs
+from ddsweep.analysis.full_coding import full_coding_block, recommended_points
 from ddsweep.analysis.funnel_section import funnel_block
 from ddsweep.analysis.launch_spread import spread_block
 from ddsweep.analysis.plots import PlotData, write_plots
 from ddsweep.analysis.render import render_markdown
-from ddsweep.analysis.results import load_results
+from ddsweep.analysis.results import ar_point_id, load_results
 from ddsweep.analysis.scope import ignored_caveat, study_point_ids
 from ddsweep.analysis.tables import overview_table, write_tables
 from ddsweep.storage import write_text_atomic
@@ -45,11 +46,12 @@ class SummaryResult:
 
 def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | None,
               config_path: Path | None = None, reference: list[Path] | None = None,
-              points: list[Path] | None = None) -> SummaryResult:
+              points: list[Path] | None = None, coding_full: Path | None = None) -> SummaryResult:
     """Write RESULTS_DIR/tables/*.csv, REPORTS_DIR/plots/*.png, REPORTS_DIR/summary.json and the Markdown
     rendered from it, REPORTS_DIR/optimization_summary.md. `reference`: the done.json files of the end-of-study
     reference runs (sweep.reference), compared with the reference point in a caveat only. `points`: the done.json
-    files of this study's points (the workflow's inputs); other point directories are named as ignored."""
+    files of this study's points (the workflow's inputs); other point directories are named as ignored.
+    `coding_full`: the picks.json of the recommended points' full HumanEval runs (coding_eval.full_on_picks)."""
     results_dir, reports_dir = Path(results_dir), Path(reports_dir)
     settings = Settings.from_config(config, config_path)
     results = load_results(results_dir, study_point_ids(config, points), settings.confidence)
@@ -61,15 +63,17 @@ def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | Non
     chain = chain_section(decisions)
     if chain is not None:
         document["sections"].insert(0, jsonable(chain))
-    picks: dict[str, list[str]] = {}
-    for entry in document["decision"]["priorities"]:
-        if entry["recommended"]:
-            picks.setdefault(entry["recommended"], []).append(entry["priority"])
+    picks = recommended_points(document)
     plot_data = PlotData(results, {r.regime.name: r for r in resolved}, decisions.pareto, decisions.lossless, picks)
     plots = write_plots(plot_data, reports_dir / "plots")
     funnel = funnel_block(results_dir)  # an adaptive study's stages (docs/adaptive.md)
     if funnel is not None:
         document["sections"].append(funnel)
+    full = full_coding_block(results_dir, coding_full, ar_point_id(results), settings.confidence) if coding_full \
+        else None
+    if full is not None:
+        document["sections"].append(full[0])
+        document["caveats"].extend(full[1])
     document["caveats"].append(jsonable(spread_block(decisions, results_dir)))
     ignored = ignored_caveat(results.ignored)
     if ignored is not None:
@@ -86,21 +90,32 @@ def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | Non
     )
 
 
+def read_inputs(command: str, config_path: str | None,
+                results_dir: str) -> tuple[dict[str, Any] | None, Path | None] | None:
+    """The study config at `config_path` (None, None without one) for `ddsweep COMMAND`; None, after saying why on
+    stderr, when the config cannot be read or the results directory does not exist."""
+    config = None
+    if config_path:
+        try:
+            config = yaml.safe_load(Path(config_path).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            print(f"ddsweep {command}: cannot read config {config_path}: {exc}", file=sys.stderr)
+            return None
+    if not Path(results_dir).is_dir():
+        print(f"ddsweep {command}: results directory {results_dir} does not exist", file=sys.stderr)
+        return None
+    return config, Path(config_path) if config_path else None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run `ddsweep summarize` from parsed arguments; returns the exit code."""
-    config = None
-    if args.config:
-        try:
-            config = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            print(f"ddsweep summarize: cannot read config {args.config}: {exc}", file=sys.stderr)
-            return 2
-    if not Path(args.results_dir).is_dir():
-        print(f"ddsweep summarize: results directory {args.results_dir} does not exist", file=sys.stderr)
+    inputs = read_inputs("summarize", args.config, args.results_dir)
+    if inputs is None:
         return 2
-    result = summarize(Path(args.results_dir), Path(args.out), config,
-                       Path(args.config) if args.config else None, [Path(f) for f in args.reference],
-                       [Path(f) for f in args.points])
+    config, config_path = inputs
+    result = summarize(Path(args.results_dir), Path(args.out), config, config_path,
+                       [Path(f) for f in args.reference], [Path(f) for f in args.points],
+                       Path(args.coding_full) if args.coding_full else None)
     print(result.summary_path)
     return 0
 
@@ -120,4 +135,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--points", nargs="*", default=[], metavar="DONE_JSON",
                         help="done.json of each of this study's points (the workflow passes them); other directories "
                              "under RESULTS_DIR/points are ignored and named. Default: the configured grid's points")
+    parser.add_argument("--coding-full", metavar="PICKS_JSON",
+                        help="results/coding_full/picks.json: add the recommended points' full HumanEval "
+                             "(coding_eval.full_on_picks) as a section")
     parser.set_defaults(func=run)

@@ -211,6 +211,7 @@ def plan_document(config: dict, on_slurm: bool = False) -> dict[str, Any]:
                      "running_points": estimate_minutes(config, len(running))},
         "reference": reference_estimate(config, on_slurm, len(running) * grid_launches(config)),
         "full_ar_coding_min": full_ar_coding_min(config),
+        "full_picks_coding_min": full_picks_coding_min(config),
         "executor": "slurm" if on_slurm else "local",
     }
 
@@ -267,6 +268,8 @@ def format_plan(config: dict, strategy_lines: Sequence[str] = (), on_slurm: bool
     if not strategy_lines:
         lines += _grid_totals(config, document, running)
     lines += strategy_lines
+    if strategy_lines and full_picks_coding_min(config):
+        lines.append(full_picks_line(config, full_picks_coding_min(config)) + ", in addition to the above")
     if config["simulated"]:
         lines.append("SIMULATED: the launcher is the stand-in server; no GPU is used")
     return "\n".join(lines)
@@ -295,9 +298,37 @@ def _grid_totals(config: dict, document: dict[str, Any], running: int) -> list[s
     if full:
         lines.append(f"full HumanEval on ar (coding_eval.full_on_ar): +{full:.0f} min = {full * gpus / 60:.0f} "
                      "GPU-hours (resources.estimate.coding_min scaled by the number of problems)")
-    total = jobs["total_min"] + reference["total_min"] + full
+    picks = full_picks_coding_min(config)
+    if picks:
+        lines.append(full_picks_line(config, picks))
+    total = jobs["total_min"] + reference["total_min"] + full + picks
     lines.append(f"total: {total / 60:.1f} h of jobs = {total * gpus / 60:.0f} GPU-hours")
     return lines
+
+
+def _coding_subset(coding: dict) -> int:
+    """The number of HumanEval problems a point job answers."""
+    return len(coding["task_ids"]) if coding.get("task_ids") else min(coding["limit"] or HUMANEVAL_PROBLEMS,
+                                                                      HUMANEVAL_PROBLEMS)
+
+
+def full_picks_coding_min(config: dict) -> float:
+    """Minutes of the recommended points' full HumanEval runs (coding_eval.full_on_picks): at most one per
+    priority, each a start-up and the eval of every problem."""
+    coding, est = config["coding_eval"], config["resources"]["estimate"]
+    if not (coding["enabled"] and coding.get("full_on_picks")):
+        return 0.0
+    picks = len(config["analysis"].get("priorities") or {}) or 1
+    return picks * (est["startup_min"] + est["coding_min"] * HUMANEVAL_PROBLEMS / _coding_subset(coding))
+
+
+def full_picks_line(config: dict, minutes: float) -> str:
+    """The plan's line for the recommended points' full HumanEval runs."""
+    gpus = config["resources"]["gpus"]
+    picks = len(config["analysis"].get("priorities") or {}) or 1
+    return (f"full HumanEval on the recommended points (coding_eval.full_on_picks): up to {picks} launch(es), "
+            f"+{minutes:.0f} min = {minutes * gpus / 60:.0f} GPU-hours (one start-up each and "
+            "resources.estimate.coding_min scaled to every problem)")
 
 
 def full_ar_coding_min(config: dict) -> float:
@@ -306,6 +337,4 @@ def full_ar_coding_min(config: dict) -> float:
     running = {p.kind for p in running_points(config)}
     if not (coding["enabled"] and coding.get("full_on_ar") and "ar" in running):
         return 0.0
-    subset = len(coding["task_ids"]) if coding.get("task_ids") else min(coding["limit"] or HUMANEVAL_PROBLEMS,
-                                                                       HUMANEVAL_PROBLEMS)
-    return config["resources"]["estimate"]["coding_min"] * (HUMANEVAL_PROBLEMS / subset - 1)
+    return config["resources"]["estimate"]["coding_min"] * (HUMANEVAL_PROBLEMS / _coding_subset(coding) - 1)

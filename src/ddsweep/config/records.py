@@ -11,8 +11,10 @@ from ddsweep.config.points import Point
 def coding_settings(config: dict, point: Point) -> dict:
     """The coding eval of one point: the configured subset, or every problem for `ar` with
     `coding_eval.full_on_ar`."""
-    coding = {k: v for k, v in config["coding_eval"].items() if k != "full_on_ar"}  # resolved here: turning it
-    if config["coding_eval"].get("full_on_ar") and point.kind == "ar":             # on reruns only ar
+    # full_on_ar is resolved here (turning it on reruns only ar); full_on_picks adds jobs of their own
+    # (coding_full_record) and changes no point's record
+    coding = {k: v for k, v in config["coding_eval"].items() if k not in ("full_on_ar", "full_on_picks")}
+    if config["coding_eval"].get("full_on_ar") and point.kind == "ar":
         coding.update(limit=None, task_ids=None)
     return coding
 
@@ -37,3 +39,12 @@ def point_record(config: dict, point: Point) -> dict:
                       "cpus_per_task": config["resources"]["cpus_per_task"]}}
            if (nodes := config["resources"]["nodes"]) > 1 else {}),
     }
+
+
+def coding_full_record(config: dict, point: Point) -> dict:
+    """The record of a recommended point's full HumanEval job (coding_eval.full_on_picks): the point's server
+    with every problem, no repeat of the answers and no benchmark."""
+    record = point_record(config, point)
+    return {**record, "benchmark": None, "stage": "coding_full",
+            "coding_eval": {**record["coding_eval"], "enabled": True, "limit": None, "task_ids": None,
+                            "ar_repeat": False}}

@@ -328,9 +328,12 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
             run.steps["verify"] = "ok"
             write_json_atomic(out_dir / "environment.json", collect_environment(
                 info, run.simulated, launcher=server.spec.command, launcher_env=server.spec.env))
-            run.steps["bench"] = "started"
-            _benchmark(record, server, out_dir, run, progress)
-            run.steps["bench"] = "ok"
+            if record["benchmark"] is None:  # a full HumanEval job of a recommended point: coding only
+                run.steps["bench"] = "skipped"
+            else:
+                run.steps["bench"] = "started"
+                _benchmark(record, server, out_dir, run, progress)
+                run.steps["bench"] = "ok"
             if record["coding_eval"]["enabled"]:
                 run.steps["coding"] = "started"
                 _coding_eval(record, server, out_dir, run, progress)

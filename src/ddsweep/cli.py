@@ -18,7 +18,7 @@ SUBCOMMANDS = {
     "bench": "ddsweep.bench.cli",
     "coding-eval": "ddsweep.coding.eval",
     "summarize": "ddsweep.analysis.summarize",
-    "picks": "ddsweep.analysis.full_coding",
+    "picks": "ddsweep.analysis.summarize",
     "bundle": "ddsweep.analysis.bundle",
     "compare": "ddsweep.analysis.compare",
     "status": "ddsweep.analysis.status",

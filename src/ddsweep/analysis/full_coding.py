@@ -9,13 +9,16 @@ clearly less often than `ar` agrees with itself is named in a caveat, as is a fu
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 from typing import Any
 
+from ddsweep.analysis.decisions import Settings, analyse
+from ddsweep.analysis.document import build_summary, jsonable
+from ddsweep.analysis.results import load_results
+from ddsweep.analysis.scope import study_point_ids
+from ddsweep.coding.lossless import assess_lossless, wilson_interval
 from ddsweep.config.plan import HUMANEVAL_PROBLEMS
-from ddsweep.storage import read_json, read_jsonl, write_json_atomic
+from ddsweep.storage import read_json, read_jsonl
 
 
 def recommended_points(document: dict[str, Any]) -> dict[str, list[str]]:
@@ -36,11 +39,6 @@ def answered_all(results_dir: Path, point_id: str) -> bool:
 def picks_document(results_dir: Path, config: dict[str, Any] | None, config_path: Path | None,
                    points: list[Path] | None) -> dict[str, Any]:
     """The recommended points, as the summary decides them, and which of them need a full HumanEval run."""
-    from ddsweep.analysis.decisions import Settings, analyse
-    from ddsweep.analysis.document import build_summary, jsonable
-    from ddsweep.analysis.results import load_results
-    from ddsweep.analysis.scope import study_point_ids
-
     settings = Settings.from_config(config, config_path)
     results = load_results(results_dir, study_point_ids(config, points), settings.confidence)
     picks = recommended_points(jsonable(build_summary(analyse(results, settings))))
@@ -51,8 +49,6 @@ def picks_document(results_dir: Path, config: dict[str, Any] | None, config_path
 
 def _rate(successes: int, trials: int, confidence: float) -> dict[str, Any]:
     """A proportion with its Wilson interval."""
-    from ddsweep.coding.lossless import wilson_interval
-
     low, high = wilson_interval(successes, trials, confidence)
     return {"successes": successes, "trials": trials, "rate": successes / trials if trials else None,
             "ci_low": low, "ci_high": high}
@@ -79,8 +75,6 @@ def _reference_answers(results_dir: Path, ar_id: str | None) -> tuple[list[dict]
 def full_coding_block(results_dir: Path, picks_path: Path, ar_id: str | None,
                       confidence: float = 0.95) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
     """The summary section on the picks' full HumanEval and the caveats it raises; None when it did not run."""
-    from ddsweep.coding.lossless import assess_lossless
-
     if not picks_path.is_file():
         return None
     doc = read_json(picks_path)
@@ -136,28 +130,3 @@ def full_coding_block(results_dir: Path, picks_path: Path, ar_id: str | None,
         section["text_after"] = (f"ar answered {len(reference)} problems, so agreement with it covers only those; "
                                  "coding_eval.full_on_ar: true gives it the whole set.")
     return section, caveats
-
-
-def _picks_command(args: argparse.Namespace) -> int:
-    """`ddsweep picks`: write the recommended points and the full runs they need."""
-    from ddsweep.analysis.summarize import read_inputs
-
-    inputs = read_inputs("picks", args.config, args.results)
-    if inputs is None:
-        return 2
-    config, config_path = inputs
-    doc = picks_document(Path(args.results), config, config_path, args.points)
-    write_json_atomic(args.write, doc)
-    print(json.dumps(doc, indent=1))
-    return 0
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the `picks` subcommand."""
-    parser = subparsers.add_parser("picks", help="the recommended points and the full HumanEval runs they need "
-                                                 "(coding_eval.full_on_picks)")
-    parser.add_argument("results", help="results directory (with points/)")
-    parser.add_argument("--config", help="the study's resolved config (results/study_config.yaml)")
-    parser.add_argument("--points", nargs="*", type=Path, help="done.json files of this study's points")
-    parser.add_argument("--write", required=True, type=Path, help="where to write picks.json")
-    parser.set_defaults(func=_picks_command)

@@ -15,7 +15,7 @@ from ddsweep.analysis.chain import chain_section
 from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.document import build_summary, jsonable
 from ddsweep.analysis.drift import load_reference_runs
-from ddsweep.analysis.full_coding import full_coding_block, recommended_points
+from ddsweep.analysis.full_coding import full_coding_block, picks_document, recommended_points
 from ddsweep.analysis.funnel_section import funnel_block
 from ddsweep.analysis.launch_spread import spread_block
 from ddsweep.analysis.plots import PlotData, write_plots
@@ -23,7 +23,7 @@ from ddsweep.analysis.render import render_markdown
 from ddsweep.analysis.results import ar_point_id, load_results
 from ddsweep.analysis.scope import ignored_caveat, study_point_ids
 from ddsweep.analysis.tables import overview_table, write_tables
-from ddsweep.storage import write_text_atomic
+from ddsweep.storage import write_json_atomic, write_text_atomic
 
 
 @dataclass
@@ -139,3 +139,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="results/coding_full/picks.json: add the recommended points' full HumanEval "
                              "(coding_eval.full_on_picks) as a section")
     parser.set_defaults(func=run)
+    register_picks(subparsers)
+
+
+def _picks_command(args: argparse.Namespace) -> int:
+    """`ddsweep picks`: write the recommended points and the full HumanEval runs they need."""
+    inputs = read_inputs("picks", args.config, args.results)
+    if inputs is None:
+        return 2
+    config, config_path = inputs
+    doc = picks_document(Path(args.results), config, config_path, args.points)
+    write_json_atomic(args.write, doc)
+    print(json.dumps(doc, indent=1))
+    return 0
+
+
+def register_picks(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `picks` subcommand (coding_eval.full_on_picks; ddsweep.analysis.full_coding)."""
+    parser = subparsers.add_parser("picks", help="the recommended points and the full HumanEval runs they need "
+                                                 "(coding_eval.full_on_picks)")
+    parser.add_argument("results", help="results directory (with points/)")
+    parser.add_argument("--config", help="the study's resolved config (results/study_config.yaml)")
+    parser.add_argument("--points", nargs="*", type=Path, help="done.json files of this study's points")
+    parser.add_argument("--write", required=True, type=Path, help="where to write picks.json")
+    parser.set_defaults(func=_picks_command)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ddsweep.config.points import Point, expand_points
-from ddsweep.config.records import point_record
+from ddsweep.config.records import coding_settings, point_record
 from ddsweep.storage import write_json_atomic
 
 HOST_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -56,7 +56,7 @@ def reference_benchmark(config: dict) -> dict:
 def reference_record(config: dict, point: Point) -> dict:
     """The run-point record of an end-of-study reference job: the reference benchmark, no coding eval."""
     return {**point_record(config, point), "benchmark": reference_benchmark(config),
-            "coding_eval": {**config["coding_eval"], "enabled": False}, "stage": "reference"}
+            "coding_eval": {**coding_settings(config, point), "enabled": False}, "stage": "reference"}
 
 
 def _read(path: Path) -> Any:

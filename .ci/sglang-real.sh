@@ -91,7 +91,7 @@ doc = {
     # and the sgl_kernel stand-in first on its import path.
     "env": {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": kernel},
     "server_args": ["--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend", "pytorch",
-                    "--disable-cuda-graph", "--max-total-tokens", "65536", "--skip-server-warmup"],
+                    "--disable-cuda-graph", "--max-total-tokens", "65536", "--skip-server-warmup", "--sleep-on-idle"],
     "model": json.load(open(f"{model}/ddsweep-tiny-model.json")),
 }
 json.dump(doc, open(manifest, "w"), indent=2)

@@ -89,10 +89,13 @@ def venv_env() -> dict[str, str]:
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
-# Run first, in this order: the longest groups, then the other slow tests, so that none starts last and stretches
-# the whole run.
+# Run first, in this order: the longest groups, then the long tests that mostly wait (on Slurm, a real server's
+# start-up), then the other slow tests, so that none starts last and stretches the whole run.
 LONG_GROUPS = ("tests/workflow/test_workflow.py", "tests/workflow/test_adaptive.py", "tests/workflow/test_slurm.py",
-               "tests/workflow/test_adaptive_slurm.py")
+               "tests/workflow/test_adaptive_slurm.py", "tests/workflow/test_real_sglang.py",
+               "tests/contract/test_contract.py")
+LONG_TESTS = ("tests/workflow/test_slurm_cluster.py::test_a_point_at_its_time_limit_is_signalled_recorded_as_"
+              "interrupted_and_resubmitted",)
 
 
 def _module_fixture(item: pytest.Item) -> bool:
@@ -120,12 +123,12 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put the longest groups first, then the other slow tests (a stable sort: file order within a group)."""
-    rank = {name: i for i, name in enumerate(LONG_GROUPS)}
+    rank = {name: i for i, name in enumerate((*LONG_GROUPS, *LONG_TESTS))}
     slow = len(rank)
 
     def order(item: pytest.Item) -> int:
         marker = item.get_closest_marker("xdist_group")
-        group = str(marker.args[0]) if marker and marker.args else None
+        group = str(marker.args[0]) if marker and marker.args else item.nodeid
         return rank.get(group, slow if item.get_closest_marker("slow") else slow + 1)
 
     items.sort(key=order)

@@ -13,8 +13,9 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
+
+from scipy import stats
 
 if TYPE_CHECKING:
     from ddsweep.analysis.decisions import Decisions
@@ -35,13 +36,6 @@ class Spread:
     level: float
 
 
-def chi2_quantile(p: float, df: int) -> float:
-    """The chi-square quantile by the Wilson–Hilferty approximation (within 1% of the exact value from 3 df)."""
-    z = NormalDist().inv_cdf(p)
-    h = 2.0 / (9.0 * df)
-    return df * max(1e-12, 1.0 - h + z * math.sqrt(h)) ** 3
-
-
 def pooled_spread(per_launch: dict[str, dict[int, float]], level: float) -> tuple[float, float, float, int] | None:
     """(sd, low, high, df) of the log figures around each point's mean, pooled over points with two or more
     launches; None without any such point."""
@@ -57,7 +51,8 @@ def pooled_spread(per_launch: dict[str, dict[int, float]], level: float) -> tupl
         return None
     sd = math.sqrt(ss / df)
     alpha = 1 - level
-    return (sd, math.sqrt(ss / chi2_quantile(1 - alpha / 2, df)), math.sqrt(ss / chi2_quantile(alpha / 2, df)), df)
+    upper, lower = stats.chi2.ppf([1 - alpha / 2, alpha / 2], df)
+    return sd, math.sqrt(ss / upper), math.sqrt(ss / lower), df
 
 
 def launched_points(results_dir: Path) -> list[str]:

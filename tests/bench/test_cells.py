@@ -116,7 +116,7 @@ def test_chunks_give_chunk_gaps_per_token_times_and_acceptance() -> None:
     assert [c[1] for c in rec.chunks] == [1, 5, 7]
     times = figures.request_times(vars(rec))
     assert times.ttft_s == pytest.approx(rec.chunks[0][0]) and len(times.chunk_gaps_s) == 2
-    assert times.chunk_gaps_s[0] == pytest.approx(0.04, abs=0.015)
+    assert 0.035 <= times.chunk_gaps_s[0] < 0.2  # the 40 ms pause, plus whatever a loaded machine adds
     assert len(times.token_gaps_s) == 6  # a chunk of 4 tokens gives 4 per-token times of a quarter of its gap
     assert times.token_gaps_s[:4] == pytest.approx([times.chunk_gaps_s[0] / 4] * 4)
     assert times.token_gaps_s[4:] == pytest.approx([times.chunk_gaps_s[1] / 2] * 2)

@@ -61,6 +61,7 @@ def test_first_screen_names_each_decision_its_ratios_and_its_launch_command(summ
     assert "'/models/drafter with space'" in launch["shell"]  # quoted, ready to paste
 
 
+@pytest.mark.slow
 def test_a_tie_recommends_its_cheapest_member_and_lists_the_rest(summarized: tuple) -> None:
     _, document, markdown, _ = summarized
     by_name = {p["priority"]: p for p in document["decision"]["priorities"]}
@@ -80,6 +81,7 @@ def test_a_tie_recommends_its_cheapest_member_and_lists_the_rest(summarized: tup
             assert f"recommended **`{regime['recommended']}`** (cheapest)" in markdown
 
 
+@pytest.mark.slow
 def test_gives_up_compares_with_each_other_regimes_leader(summarized: tuple) -> None:
     _, document, _, _ = summarized
     throughput = next(p for p in document["decision"]["priorities"] if p["priority"] == "throughput_first")
@@ -89,6 +91,7 @@ def test_gives_up_compares_with_each_other_regimes_leader(summarized: tuple) -> 
     assert latency["ratio"]["ci_high"] < 1
 
 
+@pytest.mark.slow
 def test_load_levels_table_and_schedule(summarized: tuple) -> None:
     _, document, markdown, _ = summarized
     load = document["load_levels"]

@@ -60,6 +60,10 @@ class _Watcher(threading.Thread):
             self.stop.wait(0.2)
 
 
+# every test reads one workflow run against a real server (minutes): the whole module is slow
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, dict[int, str], float]:
     """The real-engine study run once through Snakemake; the processes seen meanwhile; its wall time."""
@@ -90,7 +94,6 @@ def _json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-@pytest.mark.slow
 def test_ar_runs_in_full_against_the_real_server(real_run):
     workdir = real_run[0]
     point = workdir / "results/points/ar"

@@ -14,7 +14,7 @@ from typing import Any
 
 from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.document import build_summary, jsonable
-from ddsweep.analysis.results import load_results
+from ddsweep.analysis.results import is_truncated, load_results, read_coding_repeat
 from ddsweep.analysis.scope import study_point_ids
 from ddsweep.coding.lossless import assess_lossless, wilson_interval
 from ddsweep.config.plan import HUMANEVAL_PROBLEMS
@@ -68,14 +68,13 @@ def _reference_answers(results_dir: Path, ar_id: str | None) -> tuple[list[dict]
     full = results_dir / "coding_full" / ar_id / "coding" / "problems.jsonl"
     own = results_dir / "points" / ar_id / "coding" / "problems.jsonl"
     answers = read_jsonl(full) if full.is_file() else read_jsonl(own) if own.is_file() else []
-    repeat = results_dir / "points" / ar_id / "coding" / "problems_repeat.jsonl"
-    return answers, read_jsonl(repeat) if repeat.is_file() else None
+    return answers, read_coding_repeat(results_dir, ar_id)
 
 
-def full_coding_block(results_dir: Path, picks_path: Path, ar_id: str | None,
+def full_coding_block(results_dir: Path, picks_path: Path | None, ar_id: str | None,
                       confidence: float = 0.95) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
     """The summary section on the picks' full HumanEval and the caveats it raises; None when it did not run."""
-    if not picks_path.is_file():
+    if picks_path is None or not picks_path.is_file():
         return None
     doc = read_json(picks_path)
     reference, repeat = _reference_answers(results_dir, ar_id)
@@ -87,7 +86,7 @@ def full_coding_block(results_dir: Path, picks_path: Path, ar_id: str | None,
         failure = read_json(directory / "failure.json") if (directory / "failure.json").is_file() else None
         answered = [r for r in answers if r.get("error_kind") != "request"]
         passed = _rate(sum(bool(r.get("passed")) for r in answered), len(answered), confidence)
-        truncated = sum(r.get("error_kind") == "truncated" or r.get("finish_reason") == "length" for r in answered)
+        truncated = sum(is_truncated(r) for r in answered)
         match = None
         if point_id != ar_id and reference and answered:
             match = assess_lossless(reference, repeat, {point_id: answers})["points"][point_id]

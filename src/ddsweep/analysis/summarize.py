@@ -69,8 +69,7 @@ def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | Non
     funnel = funnel_block(results_dir)  # an adaptive study's stages (docs/adaptive.md)
     if funnel is not None:
         document["sections"].append(funnel)
-    full = full_coding_block(results_dir, coding_full, ar_point_id(results), settings.confidence) if coding_full \
-        else None
+    full = full_coding_block(results_dir, coding_full, ar_point_id(results), settings.confidence)
     if full is not None:
         document["sections"].append(full[0])
         document["caveats"].extend(full[1])

@@ -318,14 +318,18 @@ def full_picks_coding_min(config: dict) -> float:
     coding, est = config["coding_eval"], config["resources"]["estimate"]
     if not (coding["enabled"] and coding.get("full_on_picks")):
         return 0.0
-    picks = len(config["analysis"].get("priorities") or {}) or 1
-    return picks * (est["startup_min"] + est["coding_min"] * HUMANEVAL_PROBLEMS / _coding_subset(coding))
+    return _most_picks(config) * (est["startup_min"] + est["coding_min"] * HUMANEVAL_PROBLEMS
+                                  / _coding_subset(coding))
+
+
+def _most_picks(config: dict) -> int:
+    """The most points a study can recommend: one per declared priority."""
+    return len(config["analysis"].get("priorities") or {}) or 1
 
 
 def full_picks_line(config: dict, minutes: float) -> str:
     """The plan's line for the recommended points' full HumanEval runs."""
-    gpus = config["resources"]["gpus"]
-    picks = len(config["analysis"].get("priorities") or {}) or 1
+    gpus, picks = config["resources"]["gpus"], _most_picks(config)
     return (f"full HumanEval on the recommended points (coding_eval.full_on_picks): up to {picks} launch(es), "
             f"+{minutes:.0f} min = {minutes * gpus / 60:.0f} GPU-hours (one start-up each and "
             "resources.estimate.coding_min scaled to every problem)")

@@ -181,6 +181,19 @@ def test_a_dry_run_of_a_fresh_adaptive_study_lists_the_screening_and_the_first_r
 
 
 @pytest.mark.slow
+def test_a_refinement_point_recommended_by_an_adaptive_study_can_get_its_full_humaneval(tmp_path):
+    # bs8-b6-t4-w2048 is not configured: sweep.refine reaches it from the grid's budgets 4 and 8
+    workdir = copy_workflow(tmp_path)
+    (workdir / "picks.yaml").write_text(yaml.safe_dump({"coding_eval": {"full_on_picks": True}}))
+    target = "results/coding_full/bs8-b6-t4-w2048/done.json"
+    result = snakemake(workdir, target, "-n", "--cores", "2", "--configfile", ".test/config.yaml",
+                       ".test/adaptive.yaml", "picks.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    assert re.search(r"^coding_full\s+1$", output, re.MULTILINE) and "pick=bs8-b6-t4-w2048" in output, output[-3000:]
+
+
+@pytest.mark.slow
 @pytest.mark.xdist_group("repo-root")  # Snakemake in the repository itself
 def test_the_adaptive_workflow_lints_clean():
     root = Path(__file__).resolve().parents[2]

@@ -4,11 +4,17 @@
 # 2. coding_full: each recommended point that has not answered every problem already is launched once more with
 #    every problem and no benchmark (results/coding_full/<point>/).
 # The summary reports them in a section; the picks are not decided again on the full answers.
+from ddsweep.adaptive.refinement import resolve_point
 from ddsweep.config.records import coding_full_record
 
 
 localrules:
     coding_picks,
+
+
+# A pick is any point that ran, a refinement point of an adaptive study included.
+wildcard_constraints:
+    pick=r"[A-Za-z0-9_.-]+",
 
 
 checkpoint coding_picks:
@@ -28,11 +34,11 @@ checkpoint coding_picks:
 
 rule coding_full:
     input:
-        preflight=lambda wildcards: f"results/preflight/{POINTS[wildcards.point].preset}.json",
+        preflight=lambda wildcards: f"results/preflight/{resolve_point(STUDY, wildcards.pick).preset}.json",
     output:
-        done="results/coding_full/{point}/done.json",
+        done="results/coding_full/{pick}/done.json",
     log:
-        "results/logs/coding_full/{point}.log",
+        "results/logs/coding_full/{pick}.log",
     # as run_point (points.smk): resubmitted by the submit host only after an interruption from outside
     retries: 0 if workflow.remote_exec else RESOURCES["retries"]
     conda:
@@ -41,8 +47,8 @@ rule coding_full:
     resources:
         **point_job_resources(),
     params:
-        record=lambda wildcards: record_json(coding_full_record(STUDY, POINTS[wildcards.point])),
-        outdir=lambda wildcards: f"results/coding_full/{wildcards.point}",
+        record=lambda wildcards: record_json(coding_full_record(STUDY, resolve_point(STUDY, wildcards.pick))),
+        outdir=lambda wildcards: f"results/coding_full/{wildcards.pick}",
     shell:
         'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --preflight {input.preflight} --out {params.outdir} --done {output.done} > {log} 2>&1 '
         "|| (tail -n 30 {log} >&2; exit 1)"

@@ -234,7 +234,7 @@ def coding_full_inputs(wildcards):
     picks = checkpoints.coding_picks.get().output[0]
     with open(picks) as handle:
         run = json.load(handle)["run"]
-    return [picks, *expand("results/coding_full/{point}/done.json", point=run)]
+    return [picks, *expand("results/coding_full/{pick}/done.json", pick=run)]
 
 
 def final_outputs():

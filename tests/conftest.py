@@ -1,5 +1,5 @@
 """Shared fixtures: the demo study configuration and point records built from it; how tests are spread over
-pytest-xdist workers (pyproject.toml runs `-n 4 --dist loadgroup`).
+pytest-xdist workers (pyproject.toml runs `-n auto --dist loadgroup --no-loadscope-reorder`).
 
 Rules that keep the suite fast and safe in parallel:
 - A test that takes more than about a second (it starts Snakemake, many stand-ins, a sandbox pool, a browser) is
@@ -89,13 +89,37 @@ def venv_env() -> dict[str, str]:
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
-# Run first, in this order: the longest groups, then the long tests that mostly wait (on Slurm, a real server's
-# start-up), then the other slow tests, so that none starts last and stretches the whole run.
-LONG_GROUPS = ("tests/workflow/test_workflow.py", "tests/workflow/test_adaptive.py", "tests/workflow/test_slurm.py",
-               "tests/workflow/test_adaptive_slurm.py", "tests/workflow/test_real_sglang.py",
-               "tests/contract/test_contract.py")
-LONG_TESTS = ("tests/workflow/test_slurm_cluster.py::test_a_point_at_its_time_limit_is_signalled_recorded_as_"
-              "interrupted_and_resubmitted",)
+# Run first, in this order (pyproject.toml keeps it: `--no-loadscope-reorder`): the two long chains of workflow
+# runs, then the Slurm tests, which mostly wait on the queue and so run beside the rest (the GPU test early: its
+# exclusive job waits for the node to drain), then the other tests that take a minute, so that none starts last and
+# stretches the whole run. A worker whose group holds at most two tests is sent the next one at once.
+FIRST = (
+    "tests/workflow/test_adaptive.py",
+    "tests/workflow/test_workflow.py",
+    "tests/workflow/test_slurm.py",
+    "tests/workflow/test_slurm_cluster.py::test_a_point_at_its_time_limit_is_signalled_recorded_as_interrupted_and_"
+    "resubmitted",
+    "tests/workflow/test_adaptive_slurm.py",
+    "tests/workflow/test_real_sglang.py",
+    "tests/workflow/test_slurm.py::test_a_point_requesting_gpus_gets_them_from_slurm",
+    "tests/workflow/test_slurm.py::test_a_cancelled_point_leaves_no_server_and_is_rerun",
+    "tests/contract/test_contract.py",
+    "tests/workflow/test_failures.py::test_an_adaptive_study_names_screening_and_confirmation_failures_and_still_"
+    "recommends",
+    "tests/workflow/test_failures.py::test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables_"
+    "and_bundle",
+    "tests/workflow/test_failures.py::test_infrastructure_failures_are_retried_and_a_persistent_one_runs_again_next_"
+    "time",
+    "tests/contract/test_real_server.py",
+    "tests/point/test_faults.py::test_workflow_records_a_crashing_point_as_a_result_and_reruns_only_it_on_request",
+    "tests/coding/test_sandbox.py",
+)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for `-n auto` (pyproject.toml): six for the whole suite, whose Slurm tests mostly wait; four for the
+    fast subset (`-m "not slow"`), where a worker's start-up (collection) costs more than it saves."""
+    return 4 if "not slow" in (config.option.markexpr or "") else 6
 
 
 def _module_fixture(item: pytest.Item) -> bool:
@@ -122,8 +146,8 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put the longest groups first, then the other slow tests (a stable sort: file order within a group)."""
-    rank = {name: i for i, name in enumerate((*LONG_GROUPS, *LONG_TESTS))}
+    """Put FIRST first, then the other slow tests (a stable sort: file order within a group)."""
+    rank = {name: i for i, name in enumerate(FIRST)}
     slow = len(rank)
 
     def order(item: pytest.Item) -> int:

@@ -18,11 +18,13 @@ from ddsweep.adaptive.refinement import refine_candidates
 from ddsweep.config.study import load_config
 
 CONFIGS = ("--configfile", ".test/config.yaml", ".test/adaptive.yaml", "no_coding.yaml")
-# The coding eval and the demo's two extra workloads are the same in every stage and tested elsewhere
-# (test_workflow.py); without them the study runs in half the time. Settling (off by default) is on, so the race
-# is followed by settling rounds.
-NO_CODING = {"coding_eval": {"enabled": False}, "sweep": {"screen": {"settle_launches": 1}},
+# The coding eval, the demo's two extra workloads and its one-knob points (block size 16, no window) are the
+# same in every stage and tested elsewhere (test_workflow.py); without them the study runs in half the time.
+# Settling (off by default) is on, so the race is followed by settling rounds.
+NO_CODING = {"coding_eval": {"enabled": False}, "sweep": {"points": [], "screen": {"settle_launches": 1}},
              "benchmark": {"workloads": [{"name": "coding", "kind": "coding"}]}}
+# The stand-in's launches mostly wait: four run at once.
+CORES = ("--cores", "4")
 
 
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
@@ -34,10 +36,10 @@ def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def adaptive_run(tmp_path_factory) -> Path:
-    """The demo study under `sweep.strategy: adaptive`, run once."""
+    """The demo grid and baselines under `sweep.strategy: adaptive`, run once."""
     workdir = copy_workflow(tmp_path_factory.mktemp("adaptive"))
     (workdir / "no_coding.yaml").write_text(yaml.safe_dump(NO_CODING))
-    result = snakemake(workdir, "--cores", "2", *CONFIGS)
+    result = snakemake(workdir, *CORES, *CONFIGS)
     assert result.returncode == 0, result.stderr[-5000:]
     return workdir
 
@@ -86,7 +88,7 @@ def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by
     selection = races[-1]
     assert not set(selection["dropped"]) & set(selection["survivors"])
     funnel = json.loads((adaptive_run / "results" / "screen" / "funnel.json").read_text())
-    assert funnel["stages"]["screen"]["points"] == 8
+    assert funnel["stages"]["screen"]["points"] == 6  # the grid's 3 (budget 4, topk 4 is an alias) and 3 baselines
     assert funnel["stages"]["refine"]["points"] == len(selection["refine"])
     assert funnel["stages"]["confirm"]["points"] == len(entered[0])
     assert funnel["stages"]["settle"]["points"] == len(extra)
@@ -105,7 +107,7 @@ def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by
 
 @pytest.mark.slow
 def test_a_second_invocation_schedules_nothing(adaptive_run):
-    result = snakemake(adaptive_run, "-n", "--cores", "2", *CONFIGS)
+    result = snakemake(adaptive_run, "-n", *CORES, *CONFIGS)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Nothing to be done" in result.stdout + result.stderr
 
@@ -115,7 +117,7 @@ def test_changing_the_analysis_reruns_no_screening_or_confirmation(adaptive_run)
     config = yaml.safe_load((adaptive_run / ".test" / "config.yaml").read_text())
     config["analysis"]["spread_warning"] = 0.2
     (adaptive_run / "changed.yaml").write_text(yaml.safe_dump(config))
-    result = snakemake(adaptive_run, "--cores", "2", "--configfile", "changed.yaml", ".test/adaptive.yaml",
+    result = snakemake(adaptive_run, *CORES, "--configfile", "changed.yaml", ".test/adaptive.yaml",
                        "no_coding.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     executed = set(re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):", result.stdout + result.stderr, re.MULTILINE))
@@ -129,7 +131,7 @@ def test_changing_the_confirmation_benchmark_reruns_every_launch_and_no_screenin
     config = yaml.safe_load((adaptive_run / "changed.yaml").read_text())
     config["benchmark"]["requests_per_cell"] = 6  # the screening has its own (sweep.screen.requests_per_cell)
     (adaptive_run / "more_requests.yaml").write_text(yaml.safe_dump(config))
-    result = snakemake(adaptive_run, "--cores", "2", "--configfile", "more_requests.yaml", ".test/adaptive.yaml",
+    result = snakemake(adaptive_run, *CORES, "--configfile", "more_requests.yaml", ".test/adaptive.yaml",
                        "no_coding.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     output = result.stdout + result.stderr
@@ -150,7 +152,7 @@ def test_unsettled_picks_run_settling_launches_of_the_regime_cells_only(adaptive
     # so each priority's leader and one rival (race_keep 2) run the one settling launch allowed.
     (adaptive_run / "settle.yaml").write_text(yaml.safe_dump(
         {"sweep": {"screen": {"launch_cv": 1.0, "settle_launches": 1}}}))
-    result = snakemake(adaptive_run, "--cores", "2", "--configfile", "more_requests.yaml", ".test/adaptive.yaml",
+    result = snakemake(adaptive_run, *CORES, "--configfile", "more_requests.yaml", ".test/adaptive.yaml",
                        "no_coding.yaml", "settle.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     confirm = adaptive_run / "results" / "confirm"
@@ -173,7 +175,7 @@ def test_a_dry_run_of_a_fresh_adaptive_study_lists_the_screening_and_the_first_r
     # the race's inputs wait for the checkpoints; its command must still be formatted in a dry run
     workdir = copy_workflow(tmp_path)
     (workdir / "no_coding.yaml").write_text(yaml.safe_dump(NO_CODING))
-    result = snakemake(workdir, "-n", "--cores", "2", *CONFIGS)
+    result = snakemake(workdir, "-n", *CORES, *CONFIGS)
     assert result.returncode == 0, result.stderr[-3000:]
     output = result.stdout + result.stderr
     assert re.search(r"^screen_point\s+\d+$", output, re.MULTILINE) and re.search(r"^confirm_race\s+\d+$", output,
@@ -186,7 +188,7 @@ def test_a_refinement_point_recommended_by_an_adaptive_study_can_get_its_full_hu
     workdir = copy_workflow(tmp_path)
     (workdir / "picks.yaml").write_text(yaml.safe_dump({"coding_eval": {"full_on_picks": True}}))
     target = "results/coding_full/bs8-b6-t4-w2048/done.json"
-    result = snakemake(workdir, target, "-n", "--cores", "2", "--configfile", ".test/config.yaml",
+    result = snakemake(workdir, target, "-n", *CORES, "--configfile", ".test/config.yaml",
                        ".test/adaptive.yaml", "picks.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     output = result.stdout + result.stderr

@@ -18,10 +18,11 @@ pytestmark = SLURM_MARKS
 
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: (\S+)\)")
-# Smaller than the demo so the Slurm round trips stay short: two grid points and the baselines, no coding eval,
-# two confirmation launches (the funnel's decisions are tested on the whole demo in test_adaptive.py).
+# Smaller than the demo so the Slurm round trips stay short: two grid points and ar, no coding eval, two
+# confirmation launches (the funnel's decisions are tested on the demo in test_adaptive.py).
 SMALL = {"coding_eval": {"enabled": False}, "benchmark": {"repeats": 2, "requests_per_cell": 4},
-         "sweep": {"grid": {"budget": [4, 8], "topk": [4], "block_size": [8], "window": [2048]}, "points": []}}
+         "sweep": {"grid": {"budget": [4, 8], "topk": [4], "block_size": [8], "window": [2048]}, "points": []},
+         "baselines": {"dflash": None}}
 
 
 def snakemake(workdir: Path) -> subprocess.CompletedProcess:

@@ -48,6 +48,8 @@ def _study(faults_of: dict | None = None) -> dict:
     return {
         "engine": {"presets": faulty, "startup_timeout_s": 6, "launcher": [*launcher, "--sim-strict", "off"]},
         # one launch per point: each fault's outcome in results/points/<id>/ (launches: tests/workflow/test_workflow.py)
+        # and no DFlash baseline: the healthy points are ar and one grid point
+        "baselines": {"dflash": None},
         "sweep": {"launches": 1, "grid": {"budget": [4], "topk": [2], "block_size": [8], "window": [2048]},
                   "points": [{"preset": name, "budget": 8, "topk": 4, "block_size": 8, "window": 2048}
                              for name in faults_of]},
@@ -84,7 +86,7 @@ def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables
         done = json.loads((workdir / "results/points" / point / "done.json").read_text())
         assert done["status"] == "failed" and done["error_kind"] == kind, done
         assert not (workdir / "results/points" / point / "status.json").exists()
-    healthy = ("bs8-b4-t2-w2048", "ar", "dflash-bs8-w2048", "dflash-nooverlap-bs8-w2048")
+    healthy = ("bs8-b4-t2-w2048", "ar")
     for point in healthy:
         assert json.loads((workdir / "results/points" / point / "done.json").read_text())["status"] == "ok"
     jobs = {r["point_id"]: r for r in csv.DictReader((workdir / "results/tables/jobs.csv").open())}
@@ -114,7 +116,6 @@ def test_infrastructure_failures_are_retried_and_a_persistent_one_runs_again_nex
                     "frefuse": (["refuse-flags"], None)})
     study["engine"]["presets"]["flaky"]["args"] += ["--sim-state-dir", str(tmp_path / "standin-state")]
     study["engine"]["startup_timeout_s"] = 3
-    study["baselines"] = {"dflash": None}
     study["resources"] = {"retries": 2}
     workdir = copy_workflow(tmp_path / "study")
     (workdir / "faults.yaml").write_text(yaml.safe_dump(study))
@@ -200,6 +201,6 @@ def test_an_adaptive_study_names_screening_and_confirmation_failures_and_still_r
     summary = (workdir / "reports/optimization_summary.md").read_text()
     assert "`fexit-bs8-b8-t4-w2048` failed in screening (startup_exit: " in summary
     assert "`flate-bs8-b8-t4-w2048` **failed** (server_crash)" in summary
-    assert "**`ar`**" in summary or "**`bs8-b4-t2-w2048`**" in summary or "**`dflash-bs8-w2048`**" in summary
+    assert "**`ar`**" in summary or "**`bs8-b4-t2-w2048`**" in summary
     again = _snakemake(workdir, "-n")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout[-3000:]

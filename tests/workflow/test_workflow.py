@@ -40,15 +40,17 @@ def demo_run(tmp_path_factory) -> Path:
     demo = yaml.safe_load((workdir / ".test" / "config.yaml").read_text())
     demo["sweep"]["reference"] = {"enabled": True}
     # a strict stand-in imports SGLang at every start (seconds of CPU): on a loaded machine that can outlast the
-    # demo's 60 s. The ar and DFlash launches run strict, so every request the benchmark and the coding eval send
-    # is checked with SGLang's classes; the DDTree launches (the same requests) run lenient, their command lines
-    # checked with SGLang's parser by the preflight.
+    # demo's 60 s. The ar launches run strict, so every request the benchmark and the coding eval send is checked
+    # with SGLang's classes; the DFlash and DDTree launches (the same requests) run lenient, their command lines
+    # checked with SGLang's parser by the preflight (every preset's requests run strict in tests/contract/).
     demo["engine"]["startup_timeout_s"] = 240
-    ddtree = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["engine"]["presets"]["ddtree"]
-    demo["engine"]["presets"] = {"ddtree": {**ddtree, "args": [*ddtree["args"], "--sim-strict", "off"]}}
+    presets = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["engine"]["presets"]
+    demo["engine"]["presets"] = {name: {**presets[name], "args": [*presets[name]["args"], "--sim-strict", "off"]}
+                                 for name in ("ddtree", "dflash", "dflash-nooverlap")}
     (workdir / ".test" / "config.yaml").write_text(yaml.safe_dump(demo, sort_keys=False))
-    # two server launches per point (sweep.launches): 16 start-ups, 6 of them strict, and the reference run
-    result = snakemake(workdir, "--cores", "2", "--configfile", ".test/config.yaml", timeout=1500)
+    # two server launches per point (sweep.launches) and the reference run: 17 start-ups, ar's three strict. The
+    # stand-in's launches mostly wait, so four run at once.
+    result = snakemake(workdir, "--cores", "4", "--configfile", ".test/config.yaml", timeout=1500)
     assert result.returncode == 0, result.stderr[-5000:]
     assert "optimization summary in reports/optimization_summary.md" in result.stdout + result.stderr
     return workdir
@@ -302,7 +304,7 @@ def test_full_humaneval_on_the_picks_runs_after_the_study_without_rerunning_a_po
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = scheduled_jobs(result.stdout + result.stderr)
     assert "coding_picks" in jobs and not {"launch_point", "run_point", "merge_point_launches"} & set(jobs), jobs
-    result = snakemake(demo_run, "--cores", "2", "--configfile", "picks.yaml", timeout=1200)
+    result = snakemake(demo_run, "--cores", "4", "--configfile", "picks.yaml", timeout=1200)  # the picks at once
     assert result.returncode == 0, result.stderr[-5000:]
     picks = json.loads((demo_run / "results" / "coding_full" / "picks.json").read_text())
     document = json.loads((demo_run / "reports" / "summary.json").read_text())

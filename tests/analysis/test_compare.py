@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,25 +27,36 @@ ANALYSIS = {"regimes": [{"name": "latency", "metric": "decode_tok_s", "context":
                         {"name": "acceptance", "metric": "acceptance_length", "context": 128, "concurrency": 1}]}
 
 
-def standin_study(root: Path, drafter_path: str, sim_args: list[str]) -> Path:
-    """A two-point study run against the stand-in, laid out like a bundle (results/ beside config/)."""
-    from ddsweep.point.run import run_point
-
-    drafter = {"model_path": drafter_path, "trained_block_size": 8}
+def standin_studies(root: Path) -> tuple[Path, Path]:
+    """Two two-point studies against the stand-in, laid out like bundles (results/ beside config/): A with the
+    stand-in's own drafter model, B with a drafter that accepts 2 tokens per step. Each point of A runs at the
+    same time as B's, each in its own process, so both see the same machine load (the suite runs beside other
+    tests) and the speed ratios show the drafter, not the load."""
+    studies = {root / "study-a": ("/models/drafter-v1", []), root / "study-b": ("/models/drafter-v2", WEAK_DRAFTER)}
     for point_id in POINTS:
-        record = demo_record(point_id, sim_args=sim_args, benchmark=BENCH, coding_eval={"enabled": False},
-                             drafter=drafter, analysis=ANALYSIS)
-        assert run_point(record, root / "results" / "points" / point_id, progress=lambda _: None)["status"] == "ok"
-    (root / "config").mkdir()
-    (root / "config" / "study.yaml").write_text(yaml.safe_dump({"study": root.name, "drafter": drafter,
-                                                                "analysis": ANALYSIS}))
-    return root
+        runs = []
+        for study, (drafter_path, sim_args) in studies.items():
+            record = demo_record(point_id, sim_args=sim_args, benchmark=BENCH, coding_eval={"enabled": False},
+                                 drafter={"model_path": drafter_path, "trained_block_size": 8}, analysis=ANALYSIS)
+            out = study / "results" / "points" / point_id
+            runs.append((out, subprocess.Popen(
+                [sys.executable, "-m", "ddsweep", "run-point", "--record", json.dumps(record), "--out", str(out)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)))
+        for out, run in runs:
+            _, errors = run.communicate(timeout=300)
+            assert run.returncode == 0, errors[-3000:]
+            assert json.loads((out / "status.json").read_text())["status"] == "ok"
+    for study, (drafter_path, _) in studies.items():
+        (study / "config").mkdir()
+        (study / "config" / "study.yaml").write_text(yaml.safe_dump({
+            "study": study.name, "drafter": {"model_path": drafter_path, "trained_block_size": 8},
+            "analysis": ANALYSIS}))
+    return tuple(studies)
 
 
 @pytest.mark.slow
 def test_a_weaker_drafter_shows_in_acceptance_and_speed_ratios_and_the_environment(tmp_path: Path) -> None:
-    a = standin_study(tmp_path / "study-a", "/models/drafter-v1", [])
-    b = standin_study(tmp_path / "study-b", "/models/drafter-v2", WEAK_DRAFTER)
+    a, b = standin_studies(tmp_path)
     bundle = create_bundle("study-b", b / "results", b / "reports", b / "config" / "study.yaml", tmp_path)
     out = tmp_path / "cmp"
     assert main(["compare", str(a), str(bundle), "--out", str(out)]) == 0

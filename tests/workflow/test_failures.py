@@ -115,7 +115,6 @@ def test_infrastructure_failures_are_retried_and_a_persistent_one_runs_again_nex
     study = _study({"flaky": (["never-healthy-first:2"], None), "down": (["never-healthy"], None),
                     "frefuse": (["refuse-flags"], None)})
     study["engine"]["presets"]["flaky"]["args"] += ["--sim-state-dir", str(tmp_path / "standin-state")]
-    study["engine"]["startup_timeout_s"] = 3
     study["resources"] = {"retries": 2}
     workdir = copy_workflow(tmp_path / "study")
     (workdir / "faults.yaml").write_text(yaml.safe_dump(study))

@@ -106,11 +106,11 @@ def _output(done: subprocess.CompletedProcess) -> str:
     return done.stdout + done.stderr
 
 
-# The demo made smaller for the Slurm round trips: every preset (ar, the DFlash chain and its no-overlap twin,
-# DDTree with and without the window), each point in two launch jobs, the coding eval in the last; one context.
+# The demo made smaller for the Slurm round trips: each kind of preset (ar, the DFlash chain, DDTree) once, each
+# point in two launch jobs, the coding eval in the last; one context.
 SMALL_DEMO = {
-    "sweep": {"grid": {"budget": [8], "topk": [4], "block_size": [8], "window": [2048]},
-              "points": [{"preset": "ddtree", "budget": 8, "topk": 4, "block_size": 8, "window": None}]},
+    "sweep": {"grid": {"budget": [8], "topk": [4], "block_size": [8], "window": [2048]}, "points": []},
+    "baselines": {"dflash": {"block_size": [8], "window": [2048], "no_overlap_preset": None}},
     "benchmark": {"contexts": [128], "concurrency": [1, 4], "repeats": 2,
                   "workloads": [{"name": "coding", "kind": "coding"}]},
     "coding_eval": {"limit": 2},
@@ -132,14 +132,13 @@ def test_the_demo_runs_end_to_end_through_slurm(demo_run):
     workdir, done = demo_run
     assert done.returncode == 0, _output(done)[-3000:]
     points = [p.point_id for p in running_points(demo_config(**SMALL_DEMO))]
-    assert len(points) == 5
+    assert len(points) == 3
     assert sorted(submitted_points(_output(done))) == sorted(points * 2)  # two launches of each, each a job
     for point in points:
         environment = json.loads((workdir / "results/points" / point / "environment.json").read_text())
         assert environment["slurm"]["job_id"], point
         assert (workdir / "results/points" / point / "status.json").exists()
     assert sorted(p.name for p in (workdir / "results/preflight").iterdir()) == ["ar.json", "ddtree.json",
-                                                                               "dflash-nooverlap.json",
                                                                                "dflash.json"]
     summary = (workdir / "reports/optimization_summary.md").read_text()
     # how to reproduce
@@ -175,10 +174,8 @@ def test_a_rerun_without_changes_submits_nothing(demo_run):
 def test_a_config_change_to_one_point_submits_only_that_point(demo_run):
     workdir, first = demo_run
     assert first.returncode == 0
-    points = [dict(p) for p in SMALL_DEMO["sweep"]["points"]]
-    changed = next(p for p in points if p["window"] is None)
-    changed["window"] = 1024
-    extra = write_config(workdir, "one-point.yaml", {"sweep": {"points": points}})
+    grid = {**SMALL_DEMO["sweep"]["grid"], "window": [1024]}  # the DDTree point changes; ar and DFlash do not
+    extra = write_config(workdir, "one-point.yaml", {"sweep": {"grid": grid}})
     done = snakemake(workdir, "small.yaml", extra)
     assert done.returncode == 0, _output(done)[-3000:]
     assert submitted_points(_output(done)) == ["bs8-b8-t4-w1024"] * 2  # its two launches

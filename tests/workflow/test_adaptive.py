@@ -127,27 +127,10 @@ def test_changing_the_analysis_reruns_no_screening_or_confirmation(adaptive_run)
 
 
 @pytest.mark.slow
-def test_changing_the_confirmation_benchmark_reruns_every_launch_and_no_screening(adaptive_run):
+def test_a_new_confirmation_benchmark_reruns_every_launch_and_unsettled_picks_settle_on_the_regime_cells(adaptive_run):
     config = yaml.safe_load((adaptive_run / "changed.yaml").read_text())
     config["benchmark"]["requests_per_cell"] = 6  # the screening has its own (sweep.screen.requests_per_cell)
     (adaptive_run / "more_requests.yaml").write_text(yaml.safe_dump(config))
-    result = snakemake(adaptive_run, *CORES, "--configfile", "more_requests.yaml", ".test/adaptive.yaml",
-                       "no_coding.yaml")
-    assert result.returncode == 0, result.stderr[-3000:]
-    output = result.stdout + result.stderr
-    assert not re.search(r"^(?:local)?rule screen_point:", output, re.MULTILINE)
-    ran = {k for _, k in re.findall(r"wildcards: apoint=([\w.-]+), launch=(\d+)", output)}
-    assert {"0", "1", "2"} <= ran <= {"0", "1", "2", "3", "4", "5"}  # settling launches: as the data need them
-    # Every launch of every confirmed point ran with the new setting: no merged point mixes old and new launches.
-    race = json.loads((adaptive_run / "results" / "confirm" / "race-1.json").read_text())
-    for pid in race["survivors"]:
-        cells = json.loads((adaptive_run / "results" / "points" / pid / "bench" / "cells.json").read_text())["cells"]
-        assert {0, 1, 2} <= {c["repeat"] for c in cells}, pid
-        assert all(c["requests"] == max(6, c["concurrency"]) for c in cells), pid  # at least C per cell
-
-
-@pytest.mark.slow
-def test_unsettled_picks_run_settling_launches_of_the_regime_cells_only(adaptive_run):
     # An assumed launch variation of 100% leaves every close rival unsettled after the three configured launches,
     # so each priority's leader and one rival (race_keep 2) run the one settling launch allowed.
     (adaptive_run / "settle.yaml").write_text(yaml.safe_dump(
@@ -155,7 +138,18 @@ def test_unsettled_picks_run_settling_launches_of_the_regime_cells_only(adaptive
     result = snakemake(adaptive_run, *CORES, "--configfile", "more_requests.yaml", ".test/adaptive.yaml",
                        "no_coding.yaml", "settle.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    assert not re.search(r"^(?:local)?rule screen_point:", output, re.MULTILINE)
+    ran = {k for _, k in re.findall(r"wildcards: apoint=([\w.-]+), launch=(\d+)", output)}
+    assert {"0", "1", "2", "3"} <= ran <= {"0", "1", "2", "3", "4", "5"}
+    # Every launch of every confirmed point ran with the new setting: no merged point mixes old and new launches.
     confirm = adaptive_run / "results" / "confirm"
+    race = json.loads((confirm / "race-1.json").read_text())
+    for pid in race["survivors"]:
+        cells = json.loads((adaptive_run / "results" / "points" / pid / "bench" / "cells.json").read_text())["cells"]
+        assert {0, 1, 2} <= {c["repeat"] for c in cells}, pid
+        assert all(c["requests"] == max(6, c["concurrency"]) for c in cells), pid  # at least C per cell
+    # The settling launch measures the regime cells only, merged as a further repeat of them.
     first, last = (json.loads((confirm / f"race-{k}.json").read_text()) for k in (2, 3))
     assert len(first["settle"]) >= 2 and last["settle"] == []
     assert last["extra_launches"] == {pid: [3] for pid in first["settle"]}

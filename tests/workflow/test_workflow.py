@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import re
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,23 @@ def scheduled_jobs(output: str) -> dict[str, int]:
     match = re.search(r"Job stats:\n.*?\n-+\s+-+\n(.*?)\ntotal", output, re.DOTALL)
     assert match, output[-3000:]
     return {rule: int(count) for rule, count in (line.split() for line in match.group(1).strip().splitlines())}
+
+
+def scheduling_log(log: Path) -> list[dict]:
+    """Snakemake's log of a run as its events in order: each job it started (`start`: rule, jobid, wildcards) and
+    each job it saw finish (`finished`: jobid, rule)."""
+    events: list[dict] = []
+    current: dict | None = None
+    for line in log.read_text().splitlines():
+        if started := re.match(r"(?:local)?(?:rule|checkpoint) (\w+):$", line):
+            current = {"event": "start", "rule": started[1], "jobid": None, "wildcards": ""}
+            events.append(current)
+        elif finished := re.match(r"Finished jobid: (\d+) \(Rule: (\w+)\)", line):
+            events.append({"event": "finished", "jobid": finished[1], "rule": finished[2]})
+            current = None
+        elif current and (field := re.match(r"\s+(jobid|wildcards): (.*)$", line)):
+            current[field[1]] = field[2]
+    return events
 
 
 @pytest.fixture(scope="module")
@@ -127,14 +144,15 @@ def _utc(path: Path, key: str) -> str:
 def test_the_reference_point_runs_first_and_again_after_every_point_and_its_drift_is_a_caveat(demo_run):
     points = sorted((demo_run / "results" / "points").iterdir())
     started = {p.name: _utc(p / "status.json", "started_utc") for p in points}
-    # Scheduled first, by priority: from the moment its preset's preflight is written, no launch starts before the
-    # reference point's first one (before then other presets' launches may start: a priority is not a barrier).
-    ready = datetime.fromtimestamp((demo_run / "results" / "preflight" / "ar.json").stat().st_mtime, timezone.utc)
-    ready_second = ready.isoformat(timespec="seconds")  # started_utc is whole seconds
-    launches = {path.parent.relative_to(demo_run / "results" / "launches").as_posix(): _utc(path, "started_utc")
-                for path in (demo_run / "results" / "launches").glob("*/launch-*/status.json")}
-    first = launches.pop("ar/launch-0")
-    assert first >= ready_second and all(first <= t for t in launches.values() if t > ready_second), (ready, launches)
+    # Scheduled first, by priority: in Snakemake's log of the run, the jobs it started as soon as the reference
+    # preset's preflight had finished include the reference point's first launch (before then other presets'
+    # launches may start: a priority is not a barrier).
+    events = scheduling_log(sorted((demo_run / ".snakemake" / "log").glob("*.snakemake.log"))[0])
+    preflight = next(e for e in events if e["event"] == "start" and e["wildcards"] == "preset=ar")
+    ready = events.index({"event": "finished", "jobid": preflight["jobid"], "rule": "preflight"})
+    later = [e for e in events[ready:] if e["event"] == "start"]
+    batch = list(itertools.takewhile(lambda e: e["event"] == "start", events[events.index(later[0]):]))
+    assert "point=ar, launch=0" in [e["wildcards"] for e in batch if e["rule"] == "launch_point"], batch
     hosts = json.loads((demo_run / "results" / "reference" / "hosts.json").read_text())["hosts"]
     assert len(hosts) == 1 and hosts[0]["points"] == sorted(started)  # locally one host ran every point
     end = demo_run / "results" / "reference" / f"end-{hosts[0]['host']}"

@@ -150,8 +150,8 @@ def test_the_reference_point_runs_first_and_again_after_every_point_and_its_drif
     events = scheduling_log(sorted((demo_run / ".snakemake" / "log").glob("*.snakemake.log"))[0])
     preflight = next(e for e in events if e["event"] == "start" and e["wildcards"] == "preset=ar")
     ready = events.index({"event": "finished", "jobid": preflight["jobid"], "rule": "preflight"})
-    later = [e for e in events[ready:] if e["event"] == "start"]
-    batch = list(itertools.takewhile(lambda e: e["event"] == "start", events[events.index(later[0]):]))
+    batch = list(itertools.takewhile(lambda e: e["event"] == "start",
+                                     itertools.dropwhile(lambda e: e["event"] == "finished", events[ready:])))
     assert "point=ar, launch=0" in [e["wildcards"] for e in batch if e["rule"] == "launch_point"], batch
     hosts = json.loads((demo_run / "results" / "reference" / "hosts.json").read_text())["hosts"]
     assert len(hosts) == 1 and hosts[0]["points"] == sorted(started)  # locally one host ran every point

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
@@ -18,6 +19,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def marked_processes(marker: str) -> list[int]:
+    """Pids whose environment carries `marker` (NAME=value, given to a test's servers through engine.env): the
+    servers of that test and their children, and no other test's (ports are reused by the tests beside it)."""
+    needle = marker.encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
 
 
 class Sim:

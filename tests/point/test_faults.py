@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -26,6 +27,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from conftest import ROOT, copy_workflow, demo_record
+from standin import marked_processes
 
 from ddsweep import storage
 from ddsweep.analysis.operations import failed_points_caveat
@@ -437,8 +439,10 @@ def test_workflow_records_a_crashing_point_as_a_result_and_reruns_only_it_on_req
     copy_workflow(tmp_path)  # the lenient stand-in: SGLang's contract is not what a crash tests
     presets = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["engine"]["presets"]
     crashy = {**presets["ddtree"], "args": [*presets["ddtree"]["args"], "--sim-fault", "crash-after:5"]}
+    marker = f"DDSWEEP_TEST={uuid.uuid4().hex}"  # on every server of this study, and on no other test's
+    name, value = marker.split("=")
     override = {
-        "engine": {"presets": {"crashy": crashy}},
+        "engine": {"presets": {"crashy": crashy}, "env": {name: value}},
         "sweep": {"grid": {"budget": [4], "topk": [2], "block_size": [8], "window": [2048]},
                   "points": [{"preset": "crashy", "budget": 8, "topk": 4, "block_size": 8, "window": 2048}]},
         "benchmark": {"contexts": [128], "concurrency": [1], "max_new_tokens": 32, "requests_per_cell": 8,
@@ -463,10 +467,7 @@ def test_workflow_records_a_crashing_point_as_a_result_and_reruns_only_it_on_req
     assert not (bad / "status.json").exists()
     requests = storage.read_jsonl(bad / "bench" / "requests.jsonl")
     assert sum(r["error"] is None for r in requests) >= 4 and len(requests) == 9  # answered before the crash
-    for point in points.iterdir():
-        port = json.loads((point / "point.json").read_text())["port"]
-        leftover = subprocess.run(["pgrep", "-f", f"sim-server.*--port {port}"], capture_output=True, check=False)
-        assert leftover.stdout == b"", f"a server of {point.name} survived"
+    assert marked_processes(marker) == [], "a server of the study survived"
     assert json.loads((bad / "done.json").read_text())["error_kind"] == "server_crash"
     again = _snakemake(tmp_path, "-n")
     assert again.returncode == 0, again.stderr[-3000:]

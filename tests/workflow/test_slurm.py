@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import copy_workflow, demo_config, venv_env
+from standin import marked_processes
 
 from ddsweep.config.plan import running_points
 
@@ -207,20 +208,6 @@ def scontrol_job(job_id: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in text.split() if "=" in item)
 
 
-def _marked_processes(marker: str) -> list[int]:
-    """Pids whose environment carries the marker (the server of the test's point and its children)."""
-    needle = marker.encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
-
-
 def _wait_for(condition, timeout_s: float, what: str):
     """Poll until condition() is truthy; returns its value or fails naming what was awaited."""
     deadline = time.monotonic() + timeout_s
@@ -248,11 +235,11 @@ def test_a_cancelled_point_leaves_no_server_and_is_rerun(tmp_path):
         run = subprocess.Popen(command, cwd=workdir, env=venv_env(), stdout=log, stderr=subprocess.STDOUT)
         try:
             # other tests' jobs may hold the node first (an exclusive GPU job waits for it to be empty)
-            _wait_for(lambda: _marked_processes(marker), 400, "the point's server to start under Slurm")
+            _wait_for(lambda: marked_processes(marker), 400, "the point's server to start under Slurm")
             logs = workdir / ".snakemake/slurm_logs/rule_run_point/ar"
             job_id = _wait_for(lambda: [p.stem for p in logs.glob("*.log")], 10, "the Slurm log")[0]
             subprocess.run(["scancel", job_id], check=True, timeout=30)
-            _wait_for(lambda: not _marked_processes(marker), 25, "the server to stop after scancel")
+            _wait_for(lambda: not marked_processes(marker), 25, "the server to stop after scancel")
             assert run.wait(timeout=180) != 0
         finally:
             if run.poll() is None:
@@ -267,4 +254,4 @@ def test_a_cancelled_point_leaves_no_server_and_is_rerun(tmp_path):
     assert done.returncode == 0, _output(done)[-3000:]
     assert submitted_points(_output(done)) == ["ar"]
     assert (point / "status.json").exists()
-    assert not _marked_processes(marker)
+    assert not marked_processes(marker)

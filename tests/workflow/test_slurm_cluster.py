@@ -11,11 +11,11 @@ import uuid
 
 import yaml
 from conftest import ROOT, copy_workflow, demo_record, venv_env
+from standin import marked_processes
 from test_slurm import (
     CI_CLUSTER,
     NO_CODING,
     SNAKEMAKE,
-    _marked_processes,
     _slurm_answers,
     _wait_for,
     pytestmark,
@@ -81,7 +81,7 @@ def test_a_point_at_its_time_limit_is_signalled_recorded_as_interrupted_and_resu
         assert failure["host"] == socket.gethostname() and failure["slurm_job_id"], failure
     environment = json.loads((point / "environment.json").read_text())
     assert environment["slurm"]["nodelist"] == node and environment["slurm"]["node"] == node
-    assert not _marked_processes(marker)
+    assert not marked_processes(marker)
 
 
 def _ended(run: subprocess.Popen) -> None:
@@ -119,4 +119,4 @@ def test_a_two_node_point_runs_one_server_per_task_and_leaves_no_process(tmp_pat
     assert "node rank 1 joined (2 of 2)" in server_log
     assert server_log.index("node rank 1 joined (2 of 2)") < server_log.index("Serving HTTP")  # rank 0 waited
     assert f"dist_init_addr='{ranks['dist_init_addr']}'" in server_log
-    assert not _marked_processes(marker)
+    assert not marked_processes(marker)

@@ -36,16 +36,17 @@ def test_a_point_at_its_time_limit_is_signalled_recorded_as_interrupted_and_resu
     name, value = marker.split("=")
     demo = yaml.safe_load((workdir / ".test/config.yaml").read_text())
     launcher = list(demo["engine"]["launcher"])
-    launcher[launcher.index("--sim-step-ms") + 1] = "60"  # about 2 s per request: the benchmark outlasts 2 min
+    launcher[launcher.index("--sim-step-ms") + 1] = "60"  # about 1.5 s per request
     assert launcher[-2:] == ["--sim-strict", "off"]  # no SGLang import at start: the signal finds the benchmark
     extra = write_config(workdir, "limits.yaml", {
         "engine": {"env": {name: value}, "launcher": launcher, "startup_timeout_s": 30, "shutdown_timeout_s": 10},
-        # the first cell alone outlasts the limit (64 distinct prompts fit every context; 500 do not at 128)
+        # the six cells outlast the limit, the first alone about 100 s (64 distinct prompts fit every context)
         "benchmark": {"requests_per_cell": 64, "repeats": 1},
-        # the signal comes 60 s into the job (Slurm may send it early); on CI the job's own Snakemake took 14 s
-        # to start run-point, and a signal before the benchmark would not test an interrupted measurement
+        # the signal is due 120 s into the job and Slurm may send it up to 60 s early (sbatch --signal): at least
+        # 60 s after the start. With a 2 min limit (signal from 0 s in) a saturated CI machine once had the signal
+        # before the benchmark began, and a signal before the benchmark would not test an interrupted measurement.
         # not exclusive (the default with GPUs, tested in test_slurm.py): other tests' jobs share the node
-        "resources": {"gpus": 1, "runtime_min": 2, "signal_lead_s": 60, "retries": 1, "constraint": "fakegpu",
+        "resources": {"gpus": 1, "runtime_min": 3, "signal_lead_s": 60, "retries": 1, "constraint": "fakegpu",
                       "nodelist": node, "exclusive": False},
         **NO_CODING})
     command = [str(SNAKEMAKE), "results/points/ar/done.json", "--cores", "all", "--profile", "slurm",
@@ -59,7 +60,7 @@ def test_a_point_at_its_time_limit_is_signalled_recorded_as_interrupted_and_resu
             job = scontrol_job(job_id)
             assert job["Features"] == "fakegpu", job
             assert job["ReqNodeList"] == node, job
-            assert job["TimeLimit"] == "00:02:00", job
+            assert job["TimeLimit"] == "00:03:00", job
             assert run.wait(timeout=600) != 0
         finally:
             if run.poll() is None:
@@ -74,8 +75,8 @@ def test_a_point_at_its_time_limit_is_signalled_recorded_as_interrupted_and_resu
     for path in failures:
         failure = json.loads(path.read_text())
         assert failure["error_kind"] == "interrupted" and "SIGTERM" in failure["error"], failure
-        assert failure["steps"]["bench"] == "started" and failure["steps"]["stop"] == "ok", failure
-        assert failure["duration_s"] < 60, failure  # stopped before the limit, not killed at it
+        assert failure["steps"].get("bench") == "started" and failure["steps"]["stop"] == "ok", failure
+        assert failure["duration_s"] < 120, failure  # stopped at the signal (at most 120 s in), not at the limit
         requests = (path.parent / "bench" / "requests.jsonl").read_text().splitlines()
         assert len(requests) >= 5  # the measurements taken before the signal are kept
         assert failure["host"] == socket.gethostname() and failure["slurm_job_id"], failure

@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from scipy import integrate, special, stats
+from scipy import special
 
 from ddsweep.adaptive.stages import primary_workload, screen_settings
 from ddsweep.analysis.statistics import t_quantile
@@ -86,6 +86,8 @@ def estimate(records: list[dict], metric: str, context: int, concurrency: int, l
 def _normal_max_moments(n: int) -> tuple[float, float]:
     """Mean and standard deviation of the largest of `n` standard normal draws: the moments of the density
     n·φ(x)·Φ(x)^(n−1), integrated numerically (Φ^(n−1) on the log scale, so a large `n` does not underflow)."""
+    from scipy import integrate  # about a second of CPU to import: only a throughput cell's screening needs it
+
     def density(x: float) -> float:
         return n * math.exp(-x * x / 2 + (n - 1) * special.log_ndtr(x)) / math.sqrt(2 * math.pi)
 
@@ -191,4 +193,4 @@ def load_screen(screen_dir: Path, point_ids: list[str]) -> tuple[dict[str, list[
 
 def two_sided_z(confidence: float) -> float:
     """The two-sided normal quantile of `confidence`."""
-    return float(stats.norm.ppf(0.5 + confidence / 2))
+    return float(special.ndtri(0.5 + confidence / 2))

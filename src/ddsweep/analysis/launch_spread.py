@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scipy import stats
+from scipy import special
 
 if TYPE_CHECKING:
     from ddsweep.analysis.decisions import Decisions
@@ -51,7 +51,8 @@ def pooled_spread(per_launch: dict[str, dict[int, float]], level: float) -> tupl
         return None
     sd = math.sqrt(ss / df)
     alpha = 1 - level
-    upper, lower = stats.chi2.ppf([1 - alpha / 2, alpha / 2], df)
+    # chi-square quantiles from the upper tail (scipy.special.chdtri, what scipy.stats.chi2 evaluates)
+    upper, lower = special.chdtri(df, alpha / 2), special.chdtri(df, 1 - alpha / 2)
     return sd, math.sqrt(ss / upper), math.sqrt(ss / lower), df
 
 

@@ -5,6 +5,10 @@ per-repeat figures with a Student-t interval; two points are compared by the rat
 per-repeat log ratios paired on the repeat index (same prompts), else Welch's t on the logs. Winners need
 one-sided tests beyond an equivalence margin with Holm's step-down correction. docs/statistics.md explains
 why.
+
+The distributions are SciPy's special functions (`scipy.special.stdtrit`, `stdtr`), which `scipy.stats.t`
+itself evaluates: importing `scipy.stats` costs about a second of CPU in every `ddsweep` process that only
+needs a quantile (select, plan, funnel, summarize), and a study starts dozens of them.
 """
 
 from __future__ import annotations
@@ -13,14 +17,14 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from scipy import stats
+from scipy import special
 
 
 def t_quantile(p: float, df: float) -> float:
     """Student's t quantile; a fractional df (Welch) is rounded down, which is conservative."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"probability must be within (0, 1), got {p}")
-    return float(stats.t.ppf(p, _whole(df)))
+    return float(special.stdtrit(_whole(df), p))
 
 
 def _whole(df: float) -> int:
@@ -89,7 +93,7 @@ class LogDifference:
         gap = self.mean - math.log(threshold)
         if self.se == 0:
             return 0.0 if gap > 0 else 1.0
-        return float(stats.t.sf(gap / self.se, _whole(self.df)))
+        return float(special.stdtr(_whole(self.df), -gap / self.se))  # the upper tail: P(T > gap / se)
 
 
 def log_difference(a: Mapping[int, float], b: Mapping[int, float]) -> LogDifference | None:

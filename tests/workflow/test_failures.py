@@ -10,11 +10,13 @@ import os
 import subprocess
 import sys
 import tarfile
+import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import copy_workflow
+from standin import marked_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +74,10 @@ def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables_and_bundle(tmp_path):
     workdir = copy_workflow(tmp_path / "study", strict_standin=True)
-    (workdir / "faults.yaml").write_text(yaml.safe_dump(_study()))
+    study = _study()
+    marker = f"DDSWEEP_FAILURES_TEST={uuid.uuid4().hex}"  # in every server's environment (engine.env)
+    study["engine"]["env"] = dict([marker.split("=")])
+    (workdir / "faults.yaml").write_text(yaml.safe_dump(study))
     first = _snakemake(workdir)
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
 
@@ -102,8 +107,7 @@ def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables
     assert all(any(n.endswith(f"results/points/{p}/failure.json") for n in names) for p in failed), sorted(names)
     assert any(n.endswith("results/tables/failures.csv") for n in names)
 
-    leftover = subprocess.run(["pgrep", "-f", f"sim-server.*{workdir}"], capture_output=True, check=False)
-    assert leftover.stdout == b""
+    assert not marked_processes(marker)  # no server of the study outlives it, whatever its fault
     again = _snakemake(workdir, "-n")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout[-3000:]
 

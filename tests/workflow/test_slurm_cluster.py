@@ -40,7 +40,7 @@ def test_a_point_at_its_time_limit_is_signalled_recorded_as_interrupted_and_resu
     assert launcher[-2:] == ["--sim-strict", "off"]  # no SGLang import at start: the signal finds the benchmark
     extra = write_config(workdir, "limits.yaml", {
         "engine": {"env": {name: value}, "launcher": launcher, "startup_timeout_s": 30, "shutdown_timeout_s": 10},
-        # the six cells outlast the limit, the first alone about 100 s (64 distinct prompts fit every context)
+        # the cells outlast the limit, the first alone about 100 s (64 distinct prompts fit every context)
         "benchmark": {"requests_per_cell": 64, "repeats": 1},
         # the signal is due 120 s into the job and Slurm may send it up to 60 s early (sbatch --signal): at least
         # 60 s after the start. With a 2 min limit (signal from 0 s in) a saturated CI machine once had the signal

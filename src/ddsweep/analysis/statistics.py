@@ -8,7 +8,7 @@ why.
 
 The distributions are SciPy's special functions (`scipy.special.stdtrit`, `stdtr`), which `scipy.stats.t`
 itself evaluates: importing `scipy.stats` costs about a second of CPU in every `ddsweep` process that only
-needs a quantile (select, plan, funnel, summarize), and a study starts dozens of them.
+needs a quantile (select, plan, funnel), and a study starts dozens of them.
 """
 
 from __future__ import annotations

@@ -13,8 +13,10 @@ from standin import Sim
 from ddsweep import storage
 from ddsweep.bench.cells import BenchSettings, plan_cells, run_benchmark
 from ddsweep.bench.workloads import PromptBuilder, Workload, WorkloadError
+from ddsweep.sim import tokenizer
 from ddsweep.sim.cli import DEFAULT_TOPK
 from ddsweep.sim.model import Knobs, ModelParams, expected_accept_length, step_time_s
+from ddsweep.sim.openai import render_chat
 
 STEP_MS = 10.0
 DDTREE = ("--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "8")
@@ -191,3 +193,23 @@ def test_cell_order_is_shuffled_reproducibly_with_warmups_first_and_fixed_prompt
         seen.add(group)
     assert {len(c.sequences) for c in first if not c.warmup and c.concurrency == 4} == {16}
     assert {len(c.sequences) for c in first if not c.warmup and c.concurrency == 1} == {8}
+
+
+def test_sizing_a_prompt_never_counts_the_same_body_twice() -> None:
+    # At context 128 the padding of most HumanEval problems is cut to its 16-character minimum: counting that cut
+    # again (up to MAX_ROUNDS times, as once happened) learns nothing and costs a /tokenize round trip each time.
+    bodies: list[str] = []
+
+    def tokenize(body: dict) -> list[int]:
+        bodies.append(json.dumps(body, sort_keys=True))
+        text = body["prompt"] if "prompt" in body else render_chat(body["messages"])
+        return tokenizer.token_ids(text)
+
+    for workload, target in ((Workload("coding", "coding"), 128), (Workload("prose", "prose"), 512)):
+        builder = PromptBuilder(workload, tokenize)
+        builder.fitting(target)  # the problems' own counts, once per builder
+        for sequence in range(30):
+            bodies.clear()
+            prompt = builder.build(target, sequence)
+            assert abs(len(prompt.input_ids) - target) <= 0.045 * target
+            assert len(bodies) == len(set(bodies)), (workload.name, sequence, len(bodies))

@@ -265,11 +265,14 @@ class PromptBuilder:
         item, kind = self.items[index], self.workload.kind
         chars, low, high = max(16, int((target - base) * self._chars_per_token)), 0, None
         best: tuple[float, list[int]] | None = None
+        counted: dict[str, list[int]] = {}  # a guess that cuts the same padding is not counted again
         for _ in range(MAX_ROUNDS):
             pad = _cut(self.padding, start, chars, kind)
             if pad is None:
                 break
-            ids = self.tokenize(_with_padding(item, kind, pad))
+            if pad not in counted:
+                counted[pad] = self.tokenize(_with_padding(item, kind, pad))
+            ids = counted[pad]
             err = abs(len(ids) - target) / target
             if best is None or err < best[0]:
                 best = (err, ids)
@@ -283,9 +286,10 @@ class PromptBuilder:
             guess = int(len(pad) * (target - base) / grown) + 1 if grown > 0 else chars * 2
             if guess <= low or (high is not None and guess >= high):
                 guess = (low + high) // 2 if high is not None else chars * 2
-            if guess == chars:
+            guess = max(16, guess)
+            if guess == chars:  # the same cut again, with the same bounds: nothing new to learn
                 break
-            chars = max(16, guess)
+            chars = guess
         if best is None or best[0] > MAX_ERROR:
             return None
         return Prompt(best[1], f"{item.label}+pad@{start}" if kind != "prose" else f"corpus@{start}")

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from standin import FAST, Sim
 
 from ddsweep import figures, storage
-from ddsweep.bench.cells import BenchSettings, run_benchmark
+from ddsweep.bench.cells import BenchSettings, TokenizeClient, TokenizeError, run_benchmark
 from ddsweep.bench.records import RequestRecord, run_request
 from ddsweep.bench.transport import (
     HttpResponseParser,
@@ -338,3 +340,40 @@ def test_asyncio_client_retries_a_connection_closed_while_idle() -> None:
     raw = _stream(_sse(1, 0), _sse(4, 1), b"data: [DONE]\n\n")
     records, seen = _run_raw([[(0.0, raw)], [(0.0, raw)]], requests=2, close_idle=True)
     assert [r.error for r in records] == [None, None] and seen == [0, 1]
+
+
+def test_the_tokenize_client_reopens_a_connection_the_server_closed_and_names_a_bad_answer() -> None:
+    peers: set[int] = set()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            peers.add(self.client_address[1])
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            status, answer = (400, {"object": "error", "message": "no"}) if body["prompt"] == "bad" else (
+                200, {"tokens": [7, 8, 9], "count": 3})
+            data = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            self.close_connection = True  # a keep-alive answer, then the server closes the connection unannounced
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = TokenizeClient(f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        assert client({"prompt": "a"}) == [7, 8, 9]
+        assert client({"prompt": "b"}) == [7, 8, 9]  # on the connection the server had closed: reopened once
+        assert len(peers) == 2
+        with pytest.raises(TokenizeError, match=r"/tokenize answered HTTP 400: .*no"):
+            client({"prompt": "bad"})
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()

@@ -21,8 +21,9 @@ def schema_path() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def _schema() -> dict:
-    """The parsed schema, read once per process."""
-    return yaml.safe_load(schema_path().read_text())
+    """The parsed schema, read once per process (every command reads it: with libyaml where PyYAML has it, 3 ms
+    instead of 30)."""
+    return yaml.load(schema_path().read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def load_schema() -> dict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddsweep.bench import prompts
+from ddsweep.bench import padding, prompts
 from ddsweep.sim import tokenizer
 
 
@@ -35,3 +35,12 @@ def test_corpus_is_prose_of_useful_size() -> None:
     assert 200_000 < len(corpus) < 500_000
     words = corpus.split()
     assert len(set(words)) > 10_000
+
+
+def test_padding_drops_blocks_with_an_excluded_text_until_none_occurs_even_across_new_neighbours() -> None:
+    blocks = ["import os", "def a():\n    return 1", "x = 'SECRET'", "y = 2", "z = 3"]
+    # Dropping the block with SECRET makes `return 1` and `y = 2` neighbours: the second needle appears only then.
+    needles = ["SECRET", "return 1\n\n\ny = 2"]
+    assert padding.without_blocks_containing(blocks, needles) == "import os\n\n\nz = 3"
+    assert padding.without_blocks_containing(blocks, []) == "\n\n\n".join(blocks)
+    assert padding.without_blocks_containing(["a SECRET", "b"], ["SECRET"]) == "b"

@@ -39,29 +39,50 @@ def code_padding(exclude: tuple[str, ...]) -> str:
             if block.strip() and block not in seen:
                 seen.add(block)
                 blocks.append(block)
-    needles = sorted({e.strip() for e in exclude if e.strip()})
+    return without_blocks_containing(blocks, sorted({e.strip() for e in exclude if e.strip()}))
+
+
+def without_blocks_containing(blocks: Sequence[str], needles: Sequence[str]) -> str:
+    """`blocks` joined by BLOCK_SEPARATOR, less every block where a needle (no leading or trailing whitespace)
+    starts or ends, until none occurs.
+
+    Dropping blocks makes neighbours of blocks that were not: only text across such a new junction can hold a new
+    occurrence (any other text was there before), so the passes after the first search only around those.
+    """
+    longest = max((len(n) for n in needles), default=0)
+    regions: list[tuple[int, int]] | None = None  # None: the whole text
     while True:
         joined = BLOCK_SEPARATOR.join(blocks)
-        drop = _blocks_containing(joined, blocks, needles)
+        starts, pos = [], 0
+        for block in blocks:
+            starts.append(pos)
+            pos += len(block) + len(BLOCK_SEPARATOR)
+        drop = _blocks_containing(joined, starts, needles, regions or [(0, len(joined))])
         if not drop:
             return joined
-        blocks = [b for i, b in enumerate(blocks) if i not in drop]
+        kept = [i for i in range(len(blocks)) if i not in drop]
+        blocks = [blocks[i] for i in kept]
+        regions, pos = [], 0
+        for n, block in enumerate(blocks):
+            if n and kept[n] != kept[n - 1] + 1:  # a new junction: BLOCK_SEPARATOR ends at `pos`
+                regions.append((max(0, pos - len(BLOCK_SEPARATOR) - longest), pos + longest))
+            pos += len(block) + len(BLOCK_SEPARATOR)
+        if not regions:
+            return BLOCK_SEPARATOR.join(blocks)
 
 
-def _blocks_containing(joined: str, blocks: Sequence[str], needles: Sequence[str]) -> set[int]:
-    """Indices of the blocks of `joined` (blocks joined by BLOCK_SEPARATOR) where any needle occurs (a needle
-    across a block boundary marks the blocks it starts and ends in)."""
-    starts, pos = [], 0
-    for block in blocks:
-        starts.append(pos)
-        pos += len(block) + len(BLOCK_SEPARATOR)
+def _blocks_containing(joined: str, starts: Sequence[int], needles: Sequence[str],
+                       regions: Sequence[tuple[int, int]]) -> set[int]:
+    """Indices of the blocks (starting at `starts` in `joined`) where a needle occurring within one of `regions`
+    starts or ends (a needle across a block boundary marks the blocks it starts and ends in)."""
     drop: set[int] = set()
-    for needle in needles:
-        at = joined.find(needle)
-        while at >= 0:
-            drop.add(bisect.bisect_right(starts, at) - 1)
-            drop.add(bisect.bisect_right(starts, at + len(needle) - 1) - 1)
-            at = joined.find(needle, at + 1)
+    for low, high in regions:
+        for needle in needles:
+            at = joined.find(needle, low, high)
+            while at >= 0:
+                drop.add(bisect.bisect_right(starts, at) - 1)
+                drop.add(bisect.bisect_right(starts, at + len(needle) - 1) - 1)
+                at = joined.find(needle, at + 1, high)
     return drop
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ddsweep.analysis.results import first_line
+from ddsweep.analysis.text import first_line
 
 
 def _status_minutes(paths: list[Path]) -> float:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from ddsweep.analysis.decisions import Decisions, ratio_text
-from ddsweep.analysis.results import failed_cells_text, failure_patterns, first_line
+from ddsweep.analysis.results import failed_cells_text, failure_patterns
+from ddsweep.analysis.text import first_line
 
 
 def failed_points_caveat(d: Decisions) -> dict[str, Any]:

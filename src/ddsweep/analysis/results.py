@@ -25,6 +25,7 @@ from ddsweep.analysis.launch_model import (
 )
 from ddsweep.analysis.raw import figures_from_cells_document, figures_from_requests
 from ddsweep.analysis.statistics import mean_interval
+from ddsweep.analysis.text import first_line
 from ddsweep.config.knobs import KNOBS
 from ddsweep.figures import METRICS
 
@@ -239,12 +240,6 @@ def failed_cells_text(point: PointRecord) -> str | None:
         return None
     return "; ".join(f"{c.get('workload')} ctx={c.get('context')} C={c.get('concurrency')} repeat {c.get('repeat')}"
                      f" ({c.get('failed')} of {c.get('requests')} requests failed)" for c in point.failed_cells)
-
-
-def first_line(text: str | None) -> str | None:
-    """The first non-empty line of a message (a failure's one-line reason)."""
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[0] if lines else None
 
 
 def _tree_columns(entry: dict[str, Any] | None) -> dict[str, Any]:

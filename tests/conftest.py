@@ -17,6 +17,7 @@ Rules that keep the suite fast and safe in parallel:
 
 from __future__ import annotations
 
+import compileall
 import copy
 import os
 import shutil
@@ -114,6 +115,14 @@ FIRST = (
     "tests/point/test_faults.py::test_workflow_records_a_crashing_point_as_a_result_and_reruns_only_it_on_request",
     "tests/coding/test_sandbox.py",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Byte-compile the package once, before any worker starts: the suite starts hundreds of ddsweep processes
+    (jobs, servers, stand-ins), and where PYTHONDONTWRITEBYTECODE is set each would otherwise compile the modules
+    it imports again (about 0.2 s of CPU for run-point)."""
+    if not hasattr(config, "workerinput"):  # the controller, or the only process with -n0
+        compileall.compile_dir(ROOT / "src" / "ddsweep", quiet=1)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

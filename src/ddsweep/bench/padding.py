@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import re
 import sysconfig
 from collections.abc import Sequence
@@ -50,25 +51,18 @@ def without_blocks_containing(blocks: Sequence[str], needles: Sequence[str]) -> 
     occurrence (any other text was there before), so the passes after the first search only around those.
     """
     longest = max((len(n) for n in needles), default=0)
-    regions: list[tuple[int, int]] | None = None  # None: the whole text
+    new_neighbours: list[int] | None = None  # blocks whose left neighbour is new; None: search the whole text
     while True:
         joined = BLOCK_SEPARATOR.join(blocks)
-        starts, pos = [], 0
-        for block in blocks:
-            starts.append(pos)
-            pos += len(block) + len(BLOCK_SEPARATOR)
-        drop = _blocks_containing(joined, starts, needles, regions or [(0, len(joined))])
+        starts = list(itertools.accumulate((len(b) + len(BLOCK_SEPARATOR) for b in blocks[:-1]), initial=0))
+        regions = [(0, len(joined))] if new_neighbours is None else [
+            (max(0, starts[n] - len(BLOCK_SEPARATOR) - longest), starts[n] + longest) for n in new_neighbours]
+        drop = _blocks_containing(joined, starts, needles, regions)
         if not drop:
             return joined
         kept = [i for i in range(len(blocks)) if i not in drop]
         blocks = [blocks[i] for i in kept]
-        regions, pos = [], 0
-        for n, block in enumerate(blocks):
-            if n and kept[n] != kept[n - 1] + 1:  # a new junction: BLOCK_SEPARATOR ends at `pos`
-                regions.append((max(0, pos - len(BLOCK_SEPARATOR) - longest), pos + longest))
-            pos += len(block) + len(BLOCK_SEPARATOR)
-        if not regions:
-            return BLOCK_SEPARATOR.join(blocks)
+        new_neighbours = [n for n in range(1, len(kept)) if kept[n] != kept[n - 1] + 1]
 
 
 def _blocks_containing(joined: str, starts: Sequence[int], needles: Sequence[str],

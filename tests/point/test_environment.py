@@ -8,12 +8,14 @@ import sys
 
 import pytest
 
+from ddsweep.point import environment
 from ddsweep.point.environment import (
     ENGINE_PACKAGES,
     classify_interconnect,
     collect_environment,
     engine_provenance,
     source_checkout,
+    strip_escapes,
 )
 
 PCIE_TOPOLOGY = """\
@@ -99,3 +101,23 @@ def test_sglang_source_checkout_commit_and_dirty_flag(tmp_path):
     (ignored / "__init__.py").write_text("")
     (repo / ".gitignore").write_text(".venv\n")
     assert source_checkout(str(ignored)) is None
+
+
+COLOURED_TOPOLOGY = ("\x1b]0;nvidia-smi\x07\t\x1b[4mGPU0\x1b[0m\t\x1b[4mGPU1\x1b[0m\n"
+                     "\x1b[1mGPU0\x1b[0m\t X \t\x1b[32mNV18\x1b[0m\x1b[K\n"
+                     "\x1b[1mGPU1\x1b[0m\t\x1b[32mNV18\x1b[0m\t X \x1b]8;;https://x\x1b\\link\x1b]8;;\x1b\\\n")
+
+
+def test_captured_tool_output_is_stored_without_terminal_escape_codes(tmp_path, monkeypatch):
+    """A tool that colours its output even into a pipe: the stored topology has no CSI or OSC sequence left, and
+    its matrix is still read (NVLink)."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\nprintf '%s' \"$DDSWEEP_FAKE_TOPOLOGY\"\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setenv("DDSWEEP_FAKE_TOPOLOGY", COLOURED_TOPOLOGY)
+    topology = environment._run(["nvidia-smi", "topo", "-m"])
+    assert topology is not None and "\x1b" not in topology
+    assert topology == "\tGPU0\tGPU1\nGPU0\t X \tNV18\nGPU1\tNV18\t X link\n"
+    assert classify_interconnect(topology) == "NVLink"
+    assert strip_escapes("plain\ttext") == "plain\ttext"

@@ -15,16 +15,25 @@ from typing import Any
 
 from ddsweep import __version__
 
+# Terminal escape sequences some tools print even into a pipe (colour, cursor moves, window titles, links):
+# CSI (ESC [ ... final byte), OSC (ESC ] ... BEL or ESC \), and the other two-byte ESC sequences.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]")
+
+
+def strip_escapes(text: str) -> str:
+    """`text` without terminal escape sequences (ANSI CSI and OSC, and 8-bit CSI)."""
+    return _ESCAPES.sub("", text)
+
 
 def _run(command: list[str], cwd: Path | None = None, timeout: float = 20.0) -> str | None:
-    """Run a command and return its stdout, or None if it is missing or fails."""
+    """Run a command and return its stdout without terminal escape codes, or None if it is missing or fails."""
     if shutil.which(command[0]) is None:
         return None
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return result.stdout if result.returncode == 0 else None
+    return strip_escapes(result.stdout) if result.returncode == 0 else None
 
 
 def query_gpus() -> list[dict[str, Any]]:

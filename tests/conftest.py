@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from configs import study_yaml
 
 from ddsweep.config.records import point_record
 from ddsweep.config.study import find_point, merge_config, validate_config
@@ -35,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def demo_config(**sections: dict) -> dict:
     """The demo configuration (merged over the study configuration, as Snakemake does), with sections updated."""
-    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config = study_yaml()
     merge_config(config, yaml.safe_load((ROOT / ".test" / "config.yaml").read_text()))
     merge_config(config, copy.deepcopy(sections))
     return validate_config(config)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
-import yaml
-from conftest import ROOT
+from configs import study_yaml
 from decision_checks import check_first_screen, first_section
 from resultsets import ResultSetSpec, drafter_bound_set, write_results
 
@@ -22,7 +21,7 @@ from ddsweep.analysis.summarize import summarize
 from ddsweep.analysis.ties import cheapest, cheapest_unbeaten, point_cost
 from ddsweep.point.lifecycle import render_server
 
-PRESETS = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["engine"]["presets"]
+PRESETS = study_yaml()["engine"]["presets"]
 
 
 def with_rendered_commands(results: Path) -> Path:

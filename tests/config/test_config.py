@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from configs import study_yaml
 
 from ddsweep.config.plan import format_plan
 from ddsweep.config.records import point_record
@@ -26,13 +27,13 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def study() -> dict:
     """The shipped study configuration, unvalidated."""
-    return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    return study_yaml()
 
 
 @pytest.fixture(scope="module")
 def demo() -> dict:
     """The demo configuration merged over the study configuration, as Snakemake merges them."""
-    base = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    base = study_yaml()
     return merge_config(base, yaml.safe_load((ROOT / ".test" / "config.yaml").read_text()))
 
 

@@ -6,7 +6,7 @@ import copy
 from pathlib import Path
 
 import pytest
-import yaml
+from configs import study_yaml
 
 from ddsweep.config.defaults import schema_default
 from ddsweep.config.knobs import (
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def study() -> dict:
     """The shipped study configuration, unvalidated."""
-    return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    return study_yaml()
 
 
 @pytest.fixture(scope="module")

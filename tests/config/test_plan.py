@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from configs import study_yaml
 from conftest import copy_workflow, demo_config
 
 from ddsweep.adaptive.stages import format_stage_plan, is_adaptive, strategy_choice
@@ -34,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def study() -> dict:
     """The shipped study configuration, validated."""
-    return validate_config(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
+    return validate_config(study_yaml())
 
 
 def small_grid(study: dict, run_aliases: bool = False) -> dict:

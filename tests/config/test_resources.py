@@ -4,8 +4,8 @@ get their group in the record (single-node records stay unchanged, so no point r
 from __future__ import annotations
 
 import pytest
-import yaml
-from conftest import ROOT, demo_config
+from configs import study_yaml
+from conftest import demo_config
 
 from ddsweep.config.records import point_record
 from ddsweep.config.study import ConfigError, find_point
@@ -31,7 +31,7 @@ def test_defaults_turn_exclusive_on_by_gpu_count_and_keep_single_node_records_un
 
 
 def test_multi_node_presets_may_use_the_group_placeholders():
-    ar = yaml.safe_load((ROOT / "config/config.yaml").read_text())["engine"]["presets"]["ar"]
+    ar = study_yaml()["engine"]["presets"]["ar"]
     args = [*ar["args"], "--nnodes", "{nnodes}", "--node-rank", "{node_rank}", "--dist-init-addr", "{dist_init_addr}"]
     config = demo_config(engine={"presets": {"ar": {**ar, "args": args}}},
                          resources={"nodes": 2, "gpus": 4, "cpus_per_task": 16})

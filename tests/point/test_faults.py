@@ -26,7 +26,8 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import ROOT, copy_workflow, demo_record
+from configs import study_yaml
+from conftest import copy_workflow, demo_record
 from standin import marked_processes
 
 from ddsweep import storage
@@ -437,7 +438,7 @@ def _job_counts(output: str) -> dict[str, int]:
 @pytest.mark.slow
 def test_workflow_records_a_crashing_point_as_a_result_and_reruns_only_it_on_request(tmp_path):
     copy_workflow(tmp_path)  # the lenient stand-in: SGLang's contract is not what a crash tests
-    presets = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["engine"]["presets"]
+    presets = study_yaml()["engine"]["presets"]
     crashy = {**presets["ddtree"], "args": [*presets["ddtree"]["args"], "--sim-fault", "crash-after:5"]}
     marker = f"DDSWEEP_TEST={uuid.uuid4().hex}"  # on every server of this study, and on no other test's
     name, value = marker.split("=")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from configs import study_yaml
 from conftest import ROOT, copy_workflow, demo_config, venv_env
 
 from ddsweep.cli import main
@@ -122,7 +123,7 @@ def test_an_unrecognised_launcher_is_a_notice_not_an_error():
 
 def _real_config(tmp_path: Path, **sections: dict) -> dict:
     """The study configuration with model paths under tmp_path and the launcher given in sections."""
-    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config = study_yaml()
     (tmp_path / "model").mkdir(exist_ok=True)
     (tmp_path / "drafter").mkdir(exist_ok=True)
     config["target"]["model_path"] = str(tmp_path / "model")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from configs import study_yaml
 from conftest import copy_workflow
 from standin import marked_processes
 
@@ -36,7 +37,7 @@ FAULTS = {
 
 def _study(faults_of: dict | None = None) -> dict:
     """Demo overrides: one healthy grid point, the baselines and one point per faulty preset, a tiny benchmark."""
-    presets = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["engine"]["presets"]
+    presets = study_yaml()["engine"]["presets"]
     faulty = {}
     faults_of = FAULTS if faults_of is None else faults_of
     for name, (faults, _) in faults_of.items():

@@ -10,7 +10,8 @@ import subprocess
 import uuid
 
 import yaml
-from conftest import ROOT, copy_workflow, demo_record, venv_env
+from configs import study_yaml
+from conftest import copy_workflow, demo_record, venv_env
 from standin import marked_processes
 from test_slurm import (
     CI_CLUSTER,
@@ -94,7 +95,7 @@ def test_a_two_node_point_runs_one_server_per_task_and_leaves_no_process(tmp_pat
     """Two tasks of one job stand in for two nodes: run-point in a job step, as the Slurm executor runs it."""
     marker = f"DDSWEEP_SLURM_TEST={uuid.uuid4().hex}"
     name, value = marker.split("=")
-    ar = yaml.safe_load((ROOT / "config/config.yaml").read_text())["engine"]["presets"]["ar"]
+    ar = study_yaml()["engine"]["presets"]["ar"]
     group_args = ["--nnodes", "{nnodes}", "--node-rank", "{node_rank}", "--dist-init-addr", "{dist_init_addr}"]
     preset = {**ar, "args": ar["args"] + group_args}
     record = demo_record("ar", engine={"env": {name: value}, "presets": {"ar": preset}},

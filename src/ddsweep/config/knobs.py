@@ -43,7 +43,7 @@ KIND_KNOBS: dict[str, tuple[str, ...]] = {kind: tuple(k.name for k in REGISTRY i
 SERVER_PLACEHOLDERS = ("model_path", "served_model_name", "drafter_path", "host", "port", "python", "nnodes",
                        "node_rank", "dist_init_addr")
 # Keys of a preset that describe the engine for ddsweep and never reach the server.
-DESCRIPTIVE_PRESET_KEYS = ("tree", "failure_patterns")
+DESCRIPTIVE_PRESET_KEYS = ("tree", "failure_patterns", "build")
 
 
 class ExpressionError(ValueError):

@@ -13,7 +13,7 @@ from typing import Any
 # knobs, the preset's arguments and environment, the launcher, model paths, the benchmark matrix and workloads,
 # the coding problems and token limits) defines the measurement.
 OPERATIONAL_KEYS: dict[str, tuple[str, ...]] = {
-    "engine": ("host", "startup_timeout_s", "shutdown_timeout_s"),
+    "engine": ("host", "startup_timeout_s", "shutdown_timeout_s", "failure_patterns"),
     "benchmark": ("request_timeout_s",),
     "coding_eval": ("exec_timeout_s", "request_timeout_s", "isolation", "require_isolation"),
 }

@@ -13,18 +13,21 @@ from typing import Any
 import jsonschema
 import yaml
 
-from ddsweep.config.defaults import load_schema
+from ddsweep.config.defaults import load_schema, schema_default
 from ddsweep.config.knobs import (
+    FUNCTIONS,
     KIND_KNOBS,
     SERVER_PLACEHOLDERS,
     ExpressionError,
     check_tree_rule,
+    compile_expression,
     effective_tree,
     placeholders,
     unverified_knobs,
 )
 from ddsweep.config.plan import plan_points
 from ddsweep.config.points import ConfigError, Point, compile_constraint, expand_points
+from ddsweep.config.presets import PresetLibraryError, with_library
 from ddsweep.figures import METRICS
 from ddsweep.storage import write_text_atomic
 
@@ -66,6 +69,12 @@ def validate_config(raw: Mapping[str, Any]) -> dict:
     if not isinstance(raw, Mapping):
         raise ConfigError("the configuration must be a mapping of keys to values")
     config = copy.deepcopy(dict(raw))
+    if isinstance(config.get("engine"), dict):
+        config["engine"].setdefault("failure_patterns", schema_default("engine.failure_patterns"))
+        try:
+            with_library(config)
+        except PresetLibraryError as exc:
+            raise ConfigError(f"preset library: {exc}") from exc
     schema = load_schema()
     errors = _DefaultFillingValidator(schema).errors(config)
     if errors:
@@ -129,7 +138,17 @@ def _check_presets(config: dict) -> None:
     """Every template placeholder must be known and apply to the preset's kind."""
     for name, preset in config["engine"]["presets"].items():
         kind = preset["kind"]
-        allowed = set(SERVER_PLACEHOLDERS) | set(KIND_KNOBS[kind])
+        derived = set(preset.get("derived") or {})
+        clash = sorted(derived & (set(SERVER_PLACEHOLDERS) | set(KIND_KNOBS[kind])))
+        if clash:
+            raise ConfigError(f"engine.presets.{name}.derived: {', '.join(clash)} already name a knob or placeholder")
+        for field, expression in (preset.get("derived") or {}).items():
+            try:
+                compile_expression(str(expression), f"engine.presets.{name}.derived.{field}", KIND_KNOBS[kind],
+                                   tuple(FUNCTIONS))
+            except ExpressionError as exc:
+                raise ConfigError(str(exc)) from exc
+        allowed = set(SERVER_PLACEHOLDERS) | set(KIND_KNOBS[kind]) | derived
         templates: list[tuple[str, Any]] = [(f"args[{i}]", a) for i, a in enumerate(preset["args"])]
         for knob, extra in preset.get("args_if_set", {}).items():
             if knob not in KIND_KNOBS[kind]:

@@ -21,6 +21,7 @@ import httpx
 import psutil
 
 from ddsweep.config.knobs import KNOBS, unverified_knobs
+from ddsweep.config.presets import derived_values
 
 # Every process started for a server carries this variable; stop() finds escaped descendants by it.
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
@@ -97,6 +98,7 @@ def render_server(record: Mapping[str, Any], port: int) -> ServerSpec:
         # a multi-node point's rank in its group (ddsweep.point.multinode); one node: rank 0 of 1
         "nnodes": 1, "node_rank": 0, "dist_init_addr": "", **record.get("group", {}),
     }
+    values.update(derived_values(preset, point, f"preset of {record.get('point_id', 'point')}"))
     command = [str(_fill(part, values)) for part in engine["launcher"]]
     command += [str(_fill(part, values)) for part in preset["args"]]
     for knob, extra in preset.get("args_if_set", {}).items():

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ddsweep.config.presets import Build, library_builds
 from ddsweep.config.records import point_record
 from ddsweep.config.study import (
     DEMO_HINT,
@@ -226,6 +227,7 @@ def check_flags(config: dict, points: list[Point]) -> list[Finding]:
                                     f"({probe.import_error}); server flags were not checked here (they are "
                                     "checked when the server starts on the compute node)"))
             continue
+        findings += check_build(config, [point for _, point, _ in items], probe.options)
         ids = {point.point_id for point in points}
         by_problem: dict[tuple[str, str], list[str]] = {}
         for (label, point, _), verdict in zip(items, probe.results, strict=True):
@@ -240,6 +242,36 @@ def check_flags(config: dict, points: list[Point]) -> list[Finding]:
             real = tuple(label for label in labels if label in ids)
             findings.append(Finding("error", problem, preset=preset, points=real or tuple(labels)))
     return findings
+
+
+def check_build(config: dict, points: list[Point], options: Iterable[str]) -> list[Finding]:
+    """Each preset written for a recognisable engine build must match the installed parser's options; an error
+    names the installed build and the library presets that fit it."""
+    options = set(options)
+    builds = library_builds()
+    installed = [b for b in builds.values() if b.detectable and b.matches(options)]
+    presets = config["engine"]["presets"]
+    findings = []
+    for name in sorted({p.preset for p in points}):
+        build = builds.get(presets[name].get("build") or "")
+        if build is None or not build.detectable or build.matches(options):
+            continue
+        fits = sorted(n for n, preset in presets.items() if preset["kind"] == presets[name]["kind"]
+                      and any(preset.get("build") == b.name for b in installed))
+        found = (f"the installed server is {installed[0].description} ({installed[0].name})" if installed
+                 else "the installed server matches no build of the preset library (config/presets/)")
+        advice = (f"; use preset {' or '.join(fits)} (sweep.preset, or the points' preset)" if fits else "")
+        findings.append(Finding("error", f"preset {name} is written for {build.description} ({build.name}: "
+                                f"{_describe_options(build)}), but {found}{advice}", preset=name,
+                                points=tuple(p.point_id for p in points if p.preset == name)))
+    return findings
+
+
+def _describe_options(build: Build) -> str:
+    """The options that identify a build, as a phrase."""
+    parts = [f"has {', '.join(build.options_present)}"] if build.options_present else []
+    parts += [f"lacks {', '.join(build.options_absent)}"] if build.options_absent else []
+    return " and ".join(parts)
 
 
 def _uses(preset: Mapping[str, Any], placeholder: str) -> bool:

@@ -13,17 +13,47 @@ from pathlib import Path
 import pytest
 from conftest import demo_record
 
-from ddsweep.point.failures import CONFIGURATION, INFRASTRUCTURE, classify, record_digest
+from ddsweep.point.failures import (
+    CONFIGURATION,
+    INFRASTRUCTURE,
+    classify,
+    drop_persisted_records,
+    engine_exceptions,
+    record_digest,
+)
 from ddsweep.point.gpus import check_gpus
 
 NO_CODING = {"coding_eval": {"enabled": False}}
 PATTERNS = {"infrastructure": ["CUDA out of memory", "NCCL error"], "configuration": ["error: unrecognized arguments"]}
 
 
-def _run_point(record: dict, out: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+def _run_point(record: dict, out: Path, env: dict | None = None, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ddsweep", "run-point", "--record", json.dumps(record), "--out",
-                           str(out), "--done", str(out / "done.json")], capture_output=True, text=True, timeout=120,
-                          env=env, check=False)
+                           str(out), "--done", str(out / "done.json"), *extra], capture_output=True, text=True,
+                          timeout=120, env=env, check=False)
+
+
+# What the real DDTree build logged when its worker raised on the first request (SGLang's scheduler process).
+SCHEDULER_CRASH = """[2026-12-03 09:12:01] INFO:     127.0.0.1:51234 - "POST /generate HTTP/1.1" 200 OK
+[2026-12-03 09:12:01] Scheduler hit an exception: Traceback (most recent call last):
+  File "/opt/sglang/python/sglang/srt/managers/scheduler.py", line 2771, in run_scheduler_process
+    scheduler.event_loop_normal()
+  File "/opt/sglang/python/sglang/srt/speculative/ddtree_worker_v2.py", line 872, in forward_batch_generation
+    tree_mask = parent_mask + depth_mask
+RuntimeError: The size of tensor a (7) must match the size of tensor b (4) at non-singleton dimension 1
+
+[2026-12-03 09:12:01] Received sigquit from a child process. It usually means the child failed.
+"""
+OOM_CRASH = """Traceback (most recent call last):
+  File "/opt/sglang/python/sglang/srt/model_executor/model_runner.py", line 900, in init_memory_pool
+    self.req_to_token_pool = ReqToTokenPool(size)
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB
+"""
+REFUSAL = """Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/sglang/srt/server_args.py", line 5123, in _handle_speculative_decoding
+    raise ValueError(
+ValueError: DFLASH speculative decoding is not supported by CpuSRTPlatform on device 'cpu'.
+"""
 
 
 @pytest.mark.parametrize(("kind", "log", "previous", "expected"), [
@@ -42,6 +72,82 @@ def _run_point(record: dict, out: Path, env: dict | None = None) -> subprocess.C
 ])
 def test_a_failure_is_classified_by_kind_log_patterns_and_the_previous_attempt(kind, log, previous, expected):
     assert classify(kind, log, PATTERNS, "D", previous).failure_class == expected
+
+
+@pytest.mark.parametrize(("kind", "log", "expected", "why"), [
+    # the engine's own code raised: the configuration's, at once, whether the server exited or only its scheduler
+    ("server_crash", SCHEDULER_CRASH, CONFIGURATION, "RuntimeError: The size of tensor a (7)"),
+    ("bench_failures", SCHEDULER_CRASH, CONFIGURATION, "ddtree_worker_v2.py\", line 872"),
+    ("startup_exit", REFUSAL, CONFIGURATION, "ValueError: DFLASH speculative decoding is not supported"),
+    # out of memory is the machine's even with no pattern configured; a traceback of a server still running that
+    # SGLang does not call fatal proves nothing
+    ("server_crash", OOM_CRASH, INFRASTRUCTURE, "first occurrence"),  # (classified without PATTERNS below)
+    ("bench_failures", REFUSAL, INFRASTRUCTURE, "first occurrence"),
+    # a pattern of the point's failure_patterns decides before the traceback
+    ("server_crash", SCHEDULER_CRASH + "[rank0] NCCL error: unhandled system error\n", INFRASTRUCTURE, "NCCL"),
+])
+def test_an_exception_from_the_engines_own_code_is_the_configurations_result(kind, log, expected, why):
+    found = classify(kind, log, {} if log == OOM_CRASH else PATTERNS, "D", None)
+    assert found.failure_class == expected and why in found.why, found
+
+
+def test_the_tracebacks_of_a_log_are_read_with_their_innermost_frame():
+    (raised,) = engine_exceptions(SCHEDULER_CRASH)
+    assert raised.fatal and raised.line.startswith("RuntimeError: The size of tensor a (7) must match")
+    assert raised.frame == 'File "/opt/sglang/python/sglang/srt/speculative/ddtree_worker_v2.py", line 872, ' \
+                           "in forward_batch_generation"
+    assert [e.fatal for e in engine_exceptions(OOM_CRASH + REFUSAL)] == [False, False]
+
+
+def test_persisted_records_are_dropped_and_every_other_record_is_kept(tmp_path):
+    persisted = {"status": "failed", "persisted": True, "attempts": 3, "failure_class": INFRASTRUCTURE}
+    files = {"points/down/done.json": persisted, "launches/x/launch-1/done.json": persisted,
+             "points/ok/done.json": {"status": "ok"}, "points/bad/done.json": {"status": "failed"},
+             "points/down/attempts/1/done.json": persisted}
+    for name, content in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(json.dumps(content))
+    (tmp_path / "points/torn/done.json").parent.mkdir(parents=True)
+    (tmp_path / "points/torn/done.json").write_text("{")
+    dropped = drop_persisted_records(tmp_path)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in dropped) == [
+        "launches/x/launch-1/done.json", "points/down/done.json"]
+    left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("done.json"))
+    assert left == ["points/bad/done.json", "points/down/attempts/1/done.json", "points/ok/done.json",
+                    "points/torn/done.json"]
+
+
+@pytest.mark.slow
+def test_an_infrastructure_failure_on_the_last_attempt_is_recorded_as_persisted(tmp_path):
+    record = demo_record("ar", sim_args=["--sim-fault", "never-healthy"], **NO_CODING)
+    record["engine"]["startup_timeout_s"] = 1
+    out = tmp_path / "p"
+    first = _run_point(record, out, None, "--attempt", "1", "--attempts", "2")
+    assert first.returncode == 1 and not (out / "done.json").exists(), first.stderr
+    last = _run_point(record, out, None, "--attempt", "2", "--attempts", "2")
+    assert last.returncode == 0, last.stderr
+    done = json.loads((out / "done.json").read_text())
+    assert done["status"] == "failed" and done["error_kind"] == "startup_timeout", done
+    assert done["persisted"] is True and done["attempts"] == 2 and done["failure_class"] == INFRASTRUCTURE
+    failure = json.loads((out / "failure.json").read_text())
+    assert failure["persisted"] is True and failure["failure_class"] == INFRASTRUCTURE
+    assert "the next invocation runs it again" in last.stderr
+
+
+@pytest.mark.slow
+def test_a_server_whose_engine_raises_on_the_first_request_is_a_configuration_result_at_once(tmp_path):
+    record = demo_record("bs8-b8-t4-w2048", sim_args=["--sim-fault", "engine-exception"], **NO_CODING)
+    out = tmp_path / "p"
+    result = _run_point(record, out, None, "--attempt", "1", "--attempts", "3")
+    assert result.returncode == 0, result.stderr
+    failure = json.loads((out / "failure.json").read_text())
+    assert failure["error_kind"] == "server_crash" and failure["failure_class"] == CONFIGURATION, failure
+    assert failure["attempt"] == 1 and "persisted" not in failure
+    assert "the engine's own code raised an exception: RuntimeError: The size of tensor a (7)" in \
+        failure["classified_by"]
+    done = json.loads((out / "done.json").read_text())
+    assert done["status"] == "failed" and "persisted" not in done
+    assert "during the benchmark: RuntimeError: The size of tensor a (7)" in done["reason"]
 
 
 def test_the_record_digest_ignores_operational_settings_and_follows_measurement_ones():

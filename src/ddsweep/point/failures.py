@@ -1,12 +1,14 @@
 """Is a failed point a result of its configuration, or of the machine it ran on?
 
-A configuration result (the server refused the flags, verification found a knob not applied, a crash that
-happened again on retry) is recorded with `done.json` and never rerun. An infrastructure failure (start-up
-timeout, out of memory at load, GPUs busy, node or filesystem errors, lost connection, an interruption from
-outside) is retried by Snakemake up to `resources.retries` and, if it persists, left without `done.json`, so
-that the next invocation runs the point again. Server-log patterns from the preset's `failure_patterns` decide
-first; a kind they do not settle counts as infrastructure on its first occurrence and as configuration once the
-previous attempt of the same record failed with the same kind."""
+A configuration result (the server refused the flags, verification found a knob not applied, the engine's own
+code raised an exception, a crash that happened again on retry) is recorded with `done.json` and never rerun.
+An infrastructure failure (start-up timeout, out of memory, GPUs busy, NCCL, node or filesystem errors, lost
+connection, an interruption from outside) is retried by Snakemake up to `resources.retries`; on the last attempt
+it is recorded as the point's result of this invocation (`done.json` with `persisted: true`), which the next
+invocation drops at its start (`stale_persisted_records`) to run the point again. The evidence, in order: the
+server-log patterns of the point's `failure_patterns` (engine defaults and the preset's own); a Python
+traceback in the log of a server that died (or one SGLang reports as fatal, "Scheduler hit an exception")
+whose exception is not the machine's; a kind that happened again on retry; else infrastructure."""
 
 from __future__ import annotations
 
@@ -21,12 +23,29 @@ from ddsweep.config.operational import measurement_record
 
 CONFIGURATION = "configuration"
 INFRASTRUCTURE = "infrastructure"
-# Kinds that are a configuration result whatever the log says: the server answered, and not as asked, or its
-# argument parser refused the preset on the submit host (the preflight; no server started).
-ALWAYS_CONFIGURATION = frozenset({"verify", "preflight"})
+# Kinds that are a configuration result whatever the log says: the server answered, and not as asked; its
+# argument parser refused the preset on the submit host (the preflight; no server started); no cell of the
+# benchmark matrix can be built with the model's tokenizer.
+ALWAYS_CONFIGURATION = frozenset({"verify", "preflight", "infeasible"})
+WHY_CONFIGURATION = {"verify": "verify: the server ran and did not apply the configuration",
+                     "preflight": "preflight: the installed server refused the preset's command",
+                     "infeasible": "infeasible: no context of the matrix can be built with the model's tokenizer"}
 # Kinds that never depend on the configuration: the machine, the filesystem, a signal from outside, a start-up
 # that did not finish in time (a slow shared filesystem under many concurrent loads), busy GPUs.
 ALWAYS_INFRASTRUCTURE = frozenset({"config", "io", "interrupted", "startup_timeout", "gpus_busy"})
+# Kinds where the server process ended: a traceback in its log is what it died of.
+SERVER_DIED = frozenset({"startup_exit", "server_crash"})
+TRACEBACK = "Traceback (most recent call last):"
+# SGLang's scheduler, detokenizer and tokenizer manager log a fatal exception as "<Part> hit an exception:
+# Traceback ..." and then stop the whole server (managers/scheduler.py run_scheduler_process).
+FATAL_MARKER = re.compile(r"hit an exception")
+# Exceptions that are the machine's whoever raised them: memory, interconnect, device, filesystem, network, a
+# missing package, a signal.
+MACHINE_EXCEPTION = re.compile(
+    r"OutOfMemoryError|[Oo]ut of memory|NCCL|RCCL|\bECC\b|CUDA error|CUDA-capable|HIP error|cudaError|"
+    r"OSError|IOError|PermissionError|FileNotFoundError|Connection\w*Error|BrokenPipeError|TimeoutError|"
+    r"ImportError|ModuleNotFoundError|No space left|Stale file handle|Input/output error|address already in use|"
+    r"KeyboardInterrupt|CancelledError|SystemExit")
 
 
 @dataclass(frozen=True)
@@ -53,6 +72,46 @@ def matching_pattern(text: str, patterns: list[str]) -> str | None:
     return next((p for p in patterns if re.search(p, text, re.MULTILINE)), None)
 
 
+@dataclass(frozen=True)
+class EngineException:
+    """One Python traceback of a server log: its exception line, innermost frame, and whether it was fatal."""
+
+    line: str
+    frame: str | None
+    fatal: bool
+
+    def describe(self) -> str:
+        """`RuntimeError: ... (File "x.py", line 872, in f)`."""
+        return self.line + (f" ({self.frame})" if self.frame else "")
+
+
+def engine_exceptions(log_text: str) -> list[EngineException]:
+    """Every Python traceback of a log, in order: the exception line that ends it and its innermost frame."""
+    lines = log_text.splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        if TRACEBACK not in line:
+            continue
+        fatal = bool(FATAL_MARKER.search(line) or (i and FATAL_MARKER.search(lines[i - 1])))
+        frame = None
+        for after in lines[i + 1:]:
+            if after.startswith((" ", "\t")):
+                frame = after.strip() if after.strip().startswith("File ") else frame
+                continue
+            if after.strip():
+                found.append(EngineException(after.strip(), frame, fatal))
+            break
+    return found
+
+
+def engine_failure(kind: str, log_text: str) -> EngineException | None:
+    """The last exception the engine's own code raised, when it ended the server and is not the machine's."""
+    candidates = [e for e in engine_exceptions(log_text) if e.fatal or kind in SERVER_DIED]
+    if not candidates or MACHINE_EXCEPTION.search(candidates[-1].line):
+        return None
+    return candidates[-1]
+
+
 def previous_failure(out_dir: Path) -> dict | None:
     """failure.json of the latest earlier attempt in OUT_DIR/attempts/, if that attempt failed."""
     attempts = sorted((Path(out_dir) / "attempts").glob("*/"), key=lambda p: p.name)
@@ -68,8 +127,7 @@ def classify(kind: str, log_text: str, patterns: Mapping[str, list[str]], digest
              previous: Mapping | None) -> Classification:
     """The class of a failure of `kind`, from the server log, the preset's patterns and the previous attempt."""
     if kind in ALWAYS_CONFIGURATION:
-        return Classification(CONFIGURATION, "preflight: the installed server refused the preset's command"
-                              if kind == "preflight" else f"{kind}: the server ran and did not apply the configuration")
+        return Classification(CONFIGURATION, WHY_CONFIGURATION[kind])
     if kind in ALWAYS_INFRASTRUCTURE:
         return Classification(INFRASTRUCTURE, f"{kind} does not depend on the point's configuration")
     found = matching_pattern(log_text, list(patterns.get("infrastructure") or []))
@@ -78,8 +136,33 @@ def classify(kind: str, log_text: str, patterns: Mapping[str, list[str]], digest
     found = matching_pattern(log_text, list(patterns.get("configuration") or []))
     if found:
         return Classification(CONFIGURATION, f"the server log matches the preset's configuration pattern {found!r}")
+    raised = engine_failure(kind, log_text)
+    if raised:
+        return Classification(CONFIGURATION, f"the engine's own code raised an exception: {raised.describe()}")
     if previous and previous.get("error_kind") == kind and previous.get("record_sha256") == digest:
         return Classification(CONFIGURATION, f"{kind} happened again on retry (attempt "
                               f"{int(previous.get('attempt') or 1) + 1}): deterministic")
     return Classification(INFRASTRUCTURE, f"{kind} on its first occurrence: retried to tell a deterministic failure "
                           "from the machine's")
+
+
+def is_persisted(done: Mapping) -> bool:
+    """Whether a done.json records an infrastructure failure that outlasted an invocation's retries."""
+    return bool(done.get("persisted")) and done.get("status") == "failed"
+
+
+def drop_persisted_records(results_dir: Path) -> list[Path]:
+    """Remove every done.json under `results_dir` that records a persisted infrastructure failure, so that this
+    invocation runs those jobs again; returns the files removed."""
+    dropped = []
+    for path in sorted(Path(results_dir).rglob("done.json")):
+        if "attempts" in path.relative_to(results_dir).parts:
+            continue
+        try:
+            done = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(done, dict) and is_persisted(done):
+            path.unlink(missing_ok=True)
+            dropped.append(path)
+    return dropped

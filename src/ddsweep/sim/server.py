@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 import uuid
 from collections.abc import Callable
 from json.encoder import encode_basestring_ascii
@@ -45,10 +46,13 @@ from ddsweep.sim.records import GenRequest, SimSettings
 CONTEXT_LENGTH = 262144
 FAULT_KINDS = ("exit-during-startup", "never-healthy", "crash-after", "hang", "error-rate", "malformed-rate",
                "cut-stream-rate", "ignore-sigterm", "slow-shutdown", "spawn-child", "ignore-knob", "lossy",
-               "refuse-flags", "never-healthy-first", "abort-every")
+               "refuse-flags", "never-healthy-first", "abort-every", "engine-exception")
 # SGLang 0.5.23's message when it aborts a decoding request it cannot keep (managers/schedule_batch.py).
 ABORT_MESSAGE = "Retracted under decode memory pressure without a KV backup. Retry later."
 ABORT_STATUS = 503
+# What the real DDTree worker raised on its first request at budget 4 < block_size - 1 (ddtree_worker_v2.py).
+ENGINE_EXCEPTION = ("The size of tensor a (7) must match the size of tensor b (4) at non-singleton dimension 1 "
+                    "[simulated fault engine-exception]")
 AR_MAX_RUNNING = 4096  # the stand-in's stand-in for a memory-derived limit
 LOG_EVERY_STEPS = 40
 RENDERED_CACHE = 4096  # templated prompts remembered by /tokenize, so /generate input_ids can be traced back
@@ -128,6 +132,15 @@ class SimServer(OpenAIEndpoints):
         log(message)
         sys.stdout.flush()
         os._exit(1)
+
+    def _engine_exception(self) -> None:
+        """Die as SGLang does when its scheduler raises in its own code: the traceback, then the server exits."""
+        try:
+            raise RuntimeError(ENGINE_EXCEPTION)
+        except RuntimeError:
+            log(f"Scheduler hit an exception: {traceback.format_exc().rstrip()}")
+        asyncio.get_running_loop().call_later(
+            0.05, self._crash, "Received sigquit from a child process. It usually means the child failed.")
 
     def _on_signal(self, sig: int) -> None:
         name = signal.Signals(sig).name
@@ -390,6 +403,9 @@ class SimServer(OpenAIEndpoints):
         if crash and self.generate_count >= int(crash.arg or 1):
             asyncio.get_running_loop().call_later(
                 0.05, self._crash, f"Simulated crash after {self.generate_count} generate requests [simulated fault]")
+        raising = self.s.fault("engine-exception")
+        if raising and self.generate_count == int(raising.arg or 1):
+            self._engine_exception()
         if self.s.fault("hang"):
             return True, False, False
         draws = {k: rng.random() for k, rng in self._fault_rngs.items()}

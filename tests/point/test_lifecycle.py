@@ -241,7 +241,9 @@ def test_verification_failure_fails_the_point_and_keeps_the_records(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigterm_to_run_point_stops_the_server_and_leaves_the_point_incomplete(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_to_run_point_stops_the_server_and_leaves_the_point_incomplete(tmp_path, sig):
+    """Slurm's SIGTERM, Ctrl-C's SIGINT, a closed terminal's SIGHUP: the server's process group goes too."""
     out = tmp_path / "p"
     record = demo_record("ar", sim_args=["--sim-startup-delay", "30"], **NO_CODING)
     proc = subprocess.Popen([sys.executable, "-m", "ddsweep", "run-point", "--record", json.dumps(record),
@@ -252,11 +254,11 @@ def test_sigterm_to_run_point_stops_the_server_and_leaves_the_point_incomplete(t
     time.sleep(0.5)
     port = json.loads((out / "point.json").read_text())["port"]
     assert owned_processes_of_port(port), "the server should be starting"
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     assert proc.wait(timeout=20) == 143
     assert owned_processes_of_port(port) == []
     failure = json.loads((out / "failure.json").read_text())
-    assert failure["error_kind"] == "interrupted"
+    assert failure["error_kind"] == "interrupted" and sig.name in failure["error"]
     assert not (out / "status.json").exists()
 
 

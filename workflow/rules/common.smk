@@ -2,6 +2,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -15,6 +16,7 @@ from ddsweep.config.reference import reference_enabled, reference_point
 from ddsweep.adaptive.stages import is_adaptive
 from ddsweep.config.records import point_record
 from ddsweep.config.study import ConfigError, validate_config
+from ddsweep.point.failures import drop_persisted_records
 
 # ddsweep's own check first: its messages name the key and the rule broken, and STUDY, which every rule reads,
 # has the schema's defaults filled. The catalog-style schema validation follows without filling defaults itself:
@@ -24,6 +26,12 @@ try:
 except ConfigError as error:
     raise WorkflowError(f"bad configuration: {error}") from None
 validate(config, schema="../schemas/config.schema.yaml", set_default=False)
+
+# An infrastructure failure that outlasted the retries of an earlier invocation was that invocation's result:
+# this one runs the job again (ddsweep.point.failures). Only the main process: a Slurm job also reads this file.
+if workflow.is_main_process:
+    for path in drop_persisted_records(Path("results")):
+        print(f"ddsweep: {path.parent} failed on the machine on every attempt last time; running it again")
 
 # Only the points that run: of points with the same server configuration, the representative (aliases are
 # recorded in results/plan.json), unless sweep.run_aliases is true.
@@ -164,6 +172,10 @@ def point_job_resources(slurm_extra=None):
         "constraint": RESOURCES["constraint"],
         "nodes": RESOURCES["nodes"],
         "slurm_extra": slurm_extra or slurm_extra_flags(),
+        # Snakemake's attempt of the job and how many it makes: on the last one an infrastructure failure is
+        # recorded as the job's result of this invocation (`ddsweep run-point --attempt`), dropped at the next start
+        "attempt": lambda wildcards, attempt: attempt,
+        "attempts": RESOURCES["retries"] + 1,
     }
 
 

@@ -2,7 +2,9 @@ rule run_point:
     input:
         preflight=lambda wildcards: f"results/preflight/{POINTS[wildcards.point].preset}.json",
     # done.json is written when the point completed or failed because of its configuration (a result of the
-    # study); an interruption from outside (time limit, preemption, scancel) fails the job, which is retried.
+    # study); an infrastructure failure (the machine's: start-up timeout, OOM on a busy GPU, NCCL, an interruption
+    # from outside) fails the job, which is retried, and on the last attempt is recorded as persisted: the
+    # aggregates still run, and the next invocation drops that record and runs the point again (common.smk).
     output:
         done="results/points/{point}/done.json",
     log:
@@ -27,5 +29,5 @@ rule run_point:
         record=point_record_json,
         outdir=lambda wildcards: f"results/points/{wildcards.point}",
     shell:
-        'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --preflight {input.preflight} --out {params.outdir} --done {output.done} > {log} 2>&1 '
+        'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --preflight {input.preflight} --out {params.outdir} --done {output.done} --attempt {resources.attempt} --attempts {resources.attempts} > {log} 2>&1 '
         "|| (tail -n 30 {log} >&2; exit 1)"

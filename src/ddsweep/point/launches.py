@@ -133,7 +133,8 @@ def _merge_failed(launch_dirs: list[Path], out_dir: Path) -> dict:
         "failed_launches": [{"dir": str(d), "failure": _read_json(d / "failure.json")
                              if (d / "failure.json").exists() else None} for d in launch_dirs]})
     return {"point_id": failure.get("point_id"), "status": "failed", "error_kind": failure.get("error_kind"),
-            "error": failure.get("error")}
+            "error": failure.get("error"), "persisted_after": failure.get("attempts") if failure.get("persisted")
+            else None}
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -147,7 +148,8 @@ def _run(args: argparse.Namespace) -> int:
         failed = status.get("status") == "failed"
         write_json_atomic(Path(args.done), done_record(str(status.get("point_id")), "failed" if failed else "ok",
                                                        status.get("error_kind") if failed else None,
-                                                       status.get("error") if failed else None))
+                                                       status.get("error") if failed else None,
+                                                       status.get("persisted_after") if failed else None))
     print(args.out)
     return 0
 

@@ -26,7 +26,16 @@ from ddsweep.config.operational import with_operations
 from ddsweep.config.records import point_record
 from ddsweep.config.study import DEMO_HINT, ConfigError, find_point, load_config
 from ddsweep.point.environment import collect_environment
-from ddsweep.point.failures import Classification, classify, previous_failure, record_digest
+from ddsweep.point.failures import (
+    INFRASTRUCTURE,
+    Classification,
+    classify,
+    engine_exceptions,
+    previous_failure,
+    record_digest,
+)
+from ddsweep.point.feasibility import describe as describe_infeasible
+from ddsweep.point.feasibility import infeasible_cells, without_cells
 from ddsweep.point.gpus import check_gpus
 from ddsweep.point.lifecycle import (
     ManagedServer,
@@ -60,7 +69,7 @@ class PointFailed(RuntimeError):
 
 
 class Interrupted(BaseException):
-    """SIGTERM or SIGINT arrived (Slurm's pre-timeout signal, scancel, Ctrl-C)."""
+    """SIGTERM, SIGINT or SIGHUP arrived (Slurm's pre-timeout signal, scancel, Ctrl-C, a closed terminal)."""
 
 
 @dataclass
@@ -74,6 +83,7 @@ class PointRun:
     steps: dict[str, str] = field(default_factory=dict)
     startup_s: float | None = None
     failed_cells: list[dict] = field(default_factory=list)  # a partial point's failed benchmark cells
+    infeasible_cells: list[dict] = field(default_factory=list)  # cells no prompt of the workload can be sized to
 
     def record(self, status: str, **extra: Any) -> dict:
         """The status.json / failure.json record."""
@@ -81,7 +91,8 @@ class PointRun:
                 "started_utc": self.started_utc,
                 "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "duration_s": round(time.monotonic() - self.started, 3), "startup_s": self.startup_s,
-                "steps": dict(self.steps), "failed_cells": list(self.failed_cells), **job_placement(), **extra}
+                "steps": dict(self.steps), "failed_cells": list(self.failed_cells),
+                "infeasible_cells": list(self.infeasible_cells), **job_placement(), **extra}
 
 
 def job_placement() -> dict[str, Any]:
@@ -138,14 +149,14 @@ def _archive_previous_attempt(out_dir: Path) -> None:
 
 
 def _install_signal_handlers(received: list[str]) -> dict:
-    """Turn SIGTERM/SIGINT into an Interrupted exception so the server is always stopped; `received` keeps the
+    """Turn SIGTERM/SIGINT/SIGHUP into an Interrupted exception so the server is always stopped; `received` keeps the
     signal's name, because the exception can be swallowed (e.g. inside an event loop) while Slurm's signal, sent
     to every process of the job step, also stops the server and makes the step in progress fail."""
     def handler(signum: int, _frame: object) -> None:
         received.append(signal.Signals(signum).name)
         raise Interrupted(signal.Signals(signum).name)
 
-    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
 
 
 def _write_point_file(record: dict, spec: ServerSpec, out_dir: Path, run: PointRun) -> None:
@@ -231,11 +242,14 @@ def _verify(server: ManagedServer, out_dir: Path, run: PointRun) -> dict:
 
 
 def _crash_or(server: ManagedServer, step: str, kind: str, message: str) -> PointFailed:
-    """Name a server crash during `step` as such when the process is gone, else keep the given kind."""
+    """Name a server crash during `step` as such when the process is gone (with the exception it died of, when
+    its log has a traceback), else keep the given kind."""
     code = server.exited()
     if code is not None:
-        return PointFailed("server_crash", f"the server exited with code {code} during the {step} ({message}); "
-                           f"last log lines:\n{log_tail(server.log_path)}")
+        raised = engine_exceptions(server.log_path.read_text(errors="replace") if server.log_path.exists() else "")
+        died_of = f": {raised[-1].line}" if raised else ""
+        return PointFailed("server_crash", f"the server exited with code {code} during the {step}{died_of} "
+                           f"({message}); last log lines:\n{log_tail(server.log_path)}")
     return PointFailed(kind, message)
 
 
@@ -263,7 +277,14 @@ def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun
     bench = record["benchmark"]
     settings = BenchSettings(**{k: v for k, v in bench.items() if k in BenchSettings.__dataclass_fields__})
     try:
-        doc = run_benchmark(server.spec.url, out_dir / "bench", settings, simulated=run.simulated, progress=progress)
+        run.infeasible_cells = infeasible_cells(server.spec.url, settings)
+        feasible = without_cells(settings, run.infeasible_cells)
+        if feasible is None:
+            raise PointFailed("infeasible", "no cell of the benchmark matrix can be measured: "
+                              + describe_infeasible(run.infeasible_cells))
+        if run.infeasible_cells:
+            progress(f"cells not measurable, left out: {describe_infeasible(run.infeasible_cells)}")
+        doc = run_benchmark(server.spec.url, out_dir / "bench", feasible, simulated=run.simulated, progress=progress)
     except BenchmarkError as exc:
         raise _crash_or(server, "benchmark", "bench_failures", _with_failed_cells(str(exc), out_dir)) from exc
     if server.exited() is not None:
@@ -271,6 +292,10 @@ def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun
                         _with_failed_cells("its results are incomplete", out_dir))
     run.failed_cells = [{key: cell.get(key) for key in ("workload", "context", "concurrency", "repeat",
                                                          "failure_reason")} for cell in doc.get("failed_cells", [])]
+    if doc.get("cells") and len(run.failed_cells) == len(doc["cells"]):
+        reasons = "; ".join(str(cell["failure_reason"]) for cell in run.failed_cells[:3])
+        raise PointFailed("bench_failures", f"no measured cell: all {len(doc['cells'])} cells failed their "
+                          f"failure threshold (benchmark.max_failure_fraction); {reasons}")
 
 
 def _coding_eval(record: dict, server: ManagedServer, out_dir: Path, run: PointRun,
@@ -391,6 +416,11 @@ def _run_point_command(args: argparse.Namespace) -> int:
             write_json_atomic(args.done, done_record(record["point_id"], "failed", exc.kind, str(exc)))
             print(f"  recorded as a result of the study in {args.done}", file=sys.stderr)
             return 0
+        if args.done and args.attempt is not None and args.attempt >= args.attempts:
+            _record_persisted(out_dir, Path(args.done), record["point_id"], exc, args.attempt)
+            print(f"  failed-infrastructure on the last of {args.attempts} attempt(s): recorded as this invocation's "
+                  f"result of the point in {args.done}; the next invocation runs it again", file=sys.stderr)
+            return 0
         if args.done:
             print("  failed-infrastructure: not recorded as a result; Snakemake retries the point "
                   "(resources.retries), and the next invocation runs it again", file=sys.stderr)
@@ -404,11 +434,24 @@ def _run_point_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def done_record(point_id: str, status: str, error_kind: str | None = None, error: str | None = None) -> dict:
-    """The terminal marker of a point: completed, or failed because of its configuration (one-line reason)."""
+def done_record(point_id: str, status: str, error_kind: str | None = None, error: str | None = None,
+                persisted_after: int | None = None) -> dict:
+    """The terminal marker of a point: completed, failed because of its configuration, or (`persisted_after`:
+    the attempts it took) failed because of the machine on every attempt of this invocation (one-line reason)."""
     reason = (error or "").strip().splitlines()[0] if error else None
-    return {"point_id": point_id, "status": status, "error_kind": error_kind, "reason": reason,
+    done = {"point_id": point_id, "status": status, "error_kind": error_kind, "reason": reason,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    if persisted_after is not None:
+        done.update(failure_class=INFRASTRUCTURE, persisted=True, attempts=persisted_after)
+    return done
+
+
+def _record_persisted(out_dir: Path, done: Path, point_id: str, exc: PointFailed, attempts: int) -> None:
+    """Record an infrastructure failure that outlasted the retries: failure.json and done.json say so."""
+    failure = out_dir / "failure.json"
+    with contextlib.suppress(OSError, ValueError):
+        write_json_atomic(failure, {**read_json(failure), "persisted": True, "attempts": attempts})
+    write_json_atomic(done, done_record(point_id, "failed", exc.kind, str(exc), persisted_after=attempts))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -429,5 +472,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--done", metavar="FILE",
                         help="write the point's terminal outcome here and exit 0 when it completed or failed "
                              "because of its configuration; interruptions and missing software still exit non-zero")
+    parser.add_argument("--attempt", type=int, metavar="N",
+                        help="with --done: this job's attempt (Snakemake's, from 1); on the last one (--attempts) an "
+                             "infrastructure failure is recorded in --done as persisted, and the job exits 0")
+    parser.add_argument("--attempts", type=int, default=1, metavar="N",
+                        help="how many attempts Snakemake makes (resources.retries + 1; default 1)")
     parser.set_defaults(func=_run_point_command)
 

@@ -14,6 +14,9 @@ import pytest
 from conftest import demo_record
 from test_lifecycle import NO_CODING, owned_processes_of_port
 
+from ddsweep.analysis.results import failed_cells_text, load_results
+from ddsweep.point.run import PointFailed, run_point
+
 
 def _run_point(record: dict, out, done, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "ddsweep", "run-point", "--record", json.dumps(record), "--out",
@@ -73,3 +76,49 @@ def test_sigterm_to_run_point_and_server_at_once_mid_benchmark_is_an_interruptio
     assert not done.exists()
     assert len(requests.read_text().splitlines()) >= 3  # the measurements taken before the signal are kept
     assert owned_processes_of_port(port) == []
+
+
+def _matrix(record: dict, **bench: object) -> dict:
+    """The record with a small benchmark matrix of one workload."""
+    record["benchmark"].update({"concurrency": [1], "repeats": 1, "requests_per_cell": 4, "warmup_requests": 0,
+                                "workloads": [{"name": "coding", "kind": "coding"}], **bench})
+    return record
+
+
+@pytest.mark.slow
+def test_a_context_no_prompt_can_be_sized_to_is_infeasible_and_the_other_cells_are_measured(tmp_path):
+    record = _matrix(demo_record("ar", **NO_CODING), contexts=[8, 128])
+    status = run_point(record, tmp_path / "points" / "ar")
+    assert status["status"] == "ok"
+    (cell,) = status["infeasible_cells"]
+    assert (cell["workload"], cell["context"]) == ("coding", 8) and "no prompt can be sized to context 8" in \
+        cell["reason"]
+    cells = json.loads((tmp_path / "points" / "ar" / "bench" / "cells.json").read_text())["cells"]
+    assert [c["context"] for c in cells] == [128] and cells[0]["completed"] == cells[0]["requests"] > 0
+    results = load_results(tmp_path)
+    (point,) = results.points
+    assert point.shown_status == "partial"
+    assert "coding ctx=8 (not measurable: workload coding: no prompt can be sized" in failed_cells_text(point)
+    assert results.points_frame()["missing_cells"].tolist() == [failed_cells_text(point)]
+
+
+@pytest.mark.slow
+def test_a_point_whose_every_context_is_infeasible_is_a_configuration_result(tmp_path):
+    record = _matrix(demo_record("ar", **NO_CODING), contexts=[4, 8])
+    with pytest.raises(PointFailed) as error:
+        run_point(record, tmp_path / "p")
+    assert error.value.kind == "infeasible" and error.value.is_result
+    assert "no cell of the benchmark matrix can be measured: coding ctx=4 (" in str(error.value)
+
+
+@pytest.mark.slow
+def test_a_point_whose_every_cell_failed_its_threshold_is_failed_not_partial(tmp_path):
+    # half the requests fail: every cell keeps some answers but fails max_failure_fraction
+    record = _matrix(demo_record("ar", sim_args=["--sim-fault", "error-rate:0.5"], **NO_CODING),
+                     contexts=[128, 256], requests_per_cell=8, max_failure_fraction=0.05)
+    with pytest.raises(PointFailed) as error:
+        run_point(record, tmp_path / "p")
+    assert error.value.kind == "bench_failures"
+    assert str(error.value).startswith("no measured cell: all 2 cells failed their failure threshold")
+    assert not (tmp_path / "p" / "status.json").exists()
+    assert json.loads((tmp_path / "p" / "failure.json").read_text())["error_kind"] == "bench_failures"

@@ -15,8 +15,9 @@ def failed_points_caveat(d: Decisions) -> dict[str, Any]:
     points = d.results.points
     bad = [p for p in points if p.status != "ok"]
     items = [f"`{p.point_id}` **{p.status}**{f' ({p.error_kind})' if p.error_kind else ''}: {first_line(p.error)}"
-             + (f" — file problems: {'; '.join(p.issues)}" if p.issues else "") for p in bad]
-    items += [f"`{p.point_id}` **partial**: failed cell(s), not used: {failed_cells_text(p)}; its other cells "
+             + failure_class_text(p.outcome) + (f" — file problems: {'; '.join(p.issues)}" if p.issues else "")
+             for p in bad]
+    items += [f"`{p.point_id}` **partial**: cell(s) it lacks, not used: {failed_cells_text(p)}; its other cells "
               "count in every regime they serve" for p in points if p.shown_status == "partial"]
     block: dict[str, Any] = {"kind": "failed_points", "title": "Failed, malformed and incomplete points",
                              "items": items, "text": None if items else "None: every point completed."}
@@ -27,6 +28,18 @@ def failed_points_caveat(d: Decisions) -> dict[str, Any]:
     if items:
         block["text_after"] = "Full errors: each point's failure.json (in the bundle) and results/tables/failures.csv."
     return block
+
+
+def failure_class_text(outcome: dict[str, Any]) -> str:
+    """Whose failure it was and how that was decided, e.g. ` — the machine's (infrastructure), on all 3 attempts of
+    this invocation: ...; the next invocation runs it again`; empty for a record without a class."""
+    why = outcome.get("classified_by")
+    if outcome.get("failure_class") == "infrastructure":
+        attempts = f", on all {outcome['attempts']} attempts of this invocation" if outcome.get("persisted") else ""
+        return f" — the machine's failure (infrastructure{attempts}: {why}); the next invocation runs it again"
+    if outcome.get("failure_class") == "configuration" and why:
+        return f" — the configuration's failure: {why}"
+    return ""
 
 
 def _where(d: Decisions) -> dict[str, tuple[str | None, str | None]]:

@@ -48,8 +48,9 @@ METRIC_LABELS: dict[str, str] = {**{name: m.label for name, m in METRICS.items()
 TREE_COLUMNS: tuple[str, ...] = ("tree_shape", "tree_width", "tree_depth_limit", "tree_nodes", "alias_group",
                                  "alias_of", "twin_group")
 POINT_COLUMNS: tuple[str, ...] = (
-    "point_id", "kind", "preset", *KNOBS, *TREE_COLUMNS, "status", "error_kind", "simulated", "gpu_name", "gpu_count",
-    "interconnect", "engine_version", "git_commit", "hostname", "max_running_requests", "max_total_num_tokens",
+    "point_id", "kind", "preset", *KNOBS, *TREE_COLUMNS, "status", "error_kind", "missing_cells", "simulated",
+    "gpu_name", "gpu_count", "interconnect", "engine_version", "git_commit", "hostname", "max_running_requests",
+    "max_total_num_tokens",
 )
 CELL_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", *KNOBS, "workload", "context", "concurrency", "repeat", "completed", "failed", "wall_s",
@@ -67,7 +68,8 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "spec_verify_ct", "prompt_tokens", "cached_tokens", "start_ts", "end_ts", "ttft_s", "tpot_s", "e2e_s",
 )
 FAILURE_COLUMNS: tuple[str, ...] = (
-    "point_id", "kind", "preset", *KNOBS, "status", "error_kind", "reason", "step", "duration_s", "host",
+    "point_id", "kind", "preset", *KNOBS, "status", "error_kind", "failure_class", "reason", "step", "duration_s",
+    "host",
     "slurm_job_id", "simulated",
 )
 JOB_COLUMNS: tuple[str, ...] = (
@@ -103,11 +105,12 @@ class PointRecord:
     unverified: list[dict[str, Any]] = field(default_factory=list)  # verification.json `unverified` knobs
     off_target_cells: list[dict[str, Any]] = field(default_factory=list)  # cells whose prompts missed the context
     failed_cells: list[dict[str, Any]] = field(default_factory=list)  # a partial point's failed cells (not used)
+    infeasible_cells: list[dict[str, Any]] = field(default_factory=list)  # cells no prompt could be sized to
 
     @property
     def shown_status(self) -> str:
-        """The status tables and the summary show: `partial` for a completed point with failed cells."""
-        return "partial" if self.status == "ok" and self.failed_cells else self.status
+        """The status tables and the summary show: `partial` for a completed point with failed or infeasible cells."""
+        return "partial" if self.status == "ok" and (self.failed_cells or self.infeasible_cells) else self.status
     cache_cells: list[dict[str, Any]] = field(default_factory=list)  # cells with repeated or over-cached prompts
     limits: dict[str, int | None] = field(default_factory=dict)  # admission limits from server_info.json
 
@@ -169,7 +172,7 @@ class ResultSet:
             rows.append({
                 "point_id": p.point_id, "kind": p.kind, "preset": p.preset, **p.knobs(),
                 **_tree_columns(self.plan.get(p.point_id)), "status": p.shown_status,
-                "error_kind": p.error_kind, "simulated": p.simulated,
+                "error_kind": p.error_kind, "missing_cells": failed_cells_text(p), "simulated": p.simulated,
                 "gpu_name": gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None,
                 "gpu_count": p.environment.get("gpu_count"),
                 "interconnect": p.environment.get("interconnect"),
@@ -186,8 +189,9 @@ class ResultSet:
     def failures_frame(self) -> pd.DataFrame:
         """Return one row per point that did not complete: its kind, knobs, error kind and a one-line reason."""
         rows = [{"point_id": p.point_id, "kind": p.kind, "preset": p.preset, **p.knobs(), "status": p.shown_status,
-                 "error_kind": p.error_kind or ("failed_cells" if p.failed_cells else None),
-                 "reason": first_line(p.error) or failed_cells_text(p),
+                 "error_kind": p.error_kind or ("failed_cells" if p.failed_cells else
+                                                "infeasible_cells" if p.infeasible_cells else None),
+                 "failure_class": p.outcome.get("failure_class"), "reason": first_line(p.error) or failed_cells_text(p),
                  "step": next((k for k, v in p.outcome.get("steps", {}).items() if v == "started"), None)
                  if isinstance(p.outcome.get("steps"), dict) else None,
                  "duration_s": p.outcome.get("duration_s"), "host": p.outcome.get("host"),
@@ -235,11 +239,15 @@ def failure_patterns(points: list[PointRecord]) -> list[str]:
 
 
 def failed_cells_text(point: PointRecord) -> str | None:
-    """The failed cells of a partial point in one line, e.g. `coding ctx=128 C=32 repeat 0 (9 of 32 failed)`."""
-    if not point.failed_cells:
+    """The cells a partial point lacks in one line, e.g. `coding ctx=128 C=32 repeat 0 (9 of 32 requests failed);
+    chat ctx=64 (not measurable: no prompt can be sized ...)`."""
+    if not point.failed_cells and not point.infeasible_cells:
         return None
-    return "; ".join(f"{c.get('workload')} ctx={c.get('context')} C={c.get('concurrency')} repeat {c.get('repeat')}"
-                     f" ({c.get('failed')} of {c.get('requests')} requests failed)" for c in point.failed_cells)
+    return "; ".join([*(f"{c.get('workload')} ctx={c.get('context')} C={c.get('concurrency')} repeat "
+                        f"{c.get('repeat')} ({c.get('failed')} of {c.get('requests')} requests failed)"
+                        for c in point.failed_cells),
+                      *(f"{c.get('workload')} ctx={c.get('context')} (not measurable: {c.get('reason')})"
+                        for c in point.infeasible_cells)])
 
 
 def _tree_columns(entry: dict[str, Any] | None) -> dict[str, Any]:
@@ -379,6 +387,7 @@ def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, li
     outcome = failure if isinstance(failure, dict) else status
     if isinstance(outcome, dict):
         record.outcome = outcome
+        record.infeasible_cells = [c for c in outcome.get("infeasible_cells") or [] if isinstance(c, dict)]
     if isinstance(failure, dict):
         record.status = "failed"
         record.error_kind = failure.get("error_kind")

@@ -2,8 +2,9 @@
 
 Each point is `waiting` (not submitted yet), `pending` or `running` (Slurm job id, node, elapsed time), `done`
 (headline figure: the first analysis regime's median), `failed` (error kind and one-line reason; a result of the
-study) or `interrupted` (stopped from outside; the next run resubmits it). Below the table: GPU hours spent
-against `ddsweep plan`'s estimate, and an ETA from the measured point durations."""
+study, or the machine's failure on every attempt of this invocation, which the next one reruns) or
+`interrupted` (stopped from outside; the next run resubmits it). Below the table: GPU hours spent against
+`ddsweep plan`'s estimate, and an ETA from the measured point durations."""
 
 from __future__ import annotations
 
@@ -111,6 +112,9 @@ def point_state(directory: Path, job: dict[str, Any] | None, regime: dict[str, A
         state.state, state.detail = "done", _headline(directory, regime)
     elif done:
         state.state, state.detail = "failed", f"{done.get('error_kind')}: {done.get('reason')}"
+        if done.get("persisted"):
+            state.detail += (f" (failed-infrastructure on all {done.get('attempts')} attempt(s); rerun by the next "
+                             "invocation)")
     elif outcome and outcome.get("status") == "failed":
         kind = outcome.get("error_kind")
         state.state = "interrupted" if kind == "interrupted" else "failed"

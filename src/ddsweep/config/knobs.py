@@ -78,9 +78,15 @@ def knob_routes(preset: Mapping[str, Any]) -> dict[str, KnobRoute]:
     for knob_name, extra in preset.get("args_if_set", {}).items():
         args += [(f"args_if_set.{knob_name}[{i}]", a) for i, a in enumerate(extra)]
     verify = preset.get("verify", {})
+    derived = preset.get("derived") or {}
     for name in KIND_KNOBS[preset["kind"]]:
-        def uses(value: Any, name: str = name) -> bool:
-            return isinstance(value, str) and name in placeholders(value)
+        # a template uses a knob directly or through a derived placeholder whose expression reads it
+        through = {d for d, expression in derived.items()
+                   if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(ast.parse(str(expression),
+                                                                                               mode="eval")))}
+
+        def uses(value: Any, names: set[str] = {name} | through) -> bool:  # noqa: B006
+            return isinstance(value, str) and bool(names & set(placeholders(value)))
         routes[name] = KnobRoute(
             args=tuple(where for where, a in args if uses(a)),
             env=tuple(k for k, v in preset.get("env", {}).items() if uses(v)),

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Check a GPU set-up in minutes: SGLang installed (online with pip, offline from a folder of wheels, or already
+# there), dummy-weight models written, then the whole workflow on ar, DFLASH, STANDALONE (self-draft), NGRAM and a
+# small DDTree sweep (benchmarks/gpu/study.yaml) on one NVIDIA GPU. Prints where the summary is.
+#
+#   bash benchmarks/gpu/check.sh [--install online|WHEEL_DIR|none] [--work DIR] [--capture] [-- SNAKEMAKE ARGS]
+#
+# --install online    pip install sglang==0.5.17 and the workflow's packages from PyPI
+# --install WHEEL_DIR the same from a folder of wheels (no network)
+# --install none      (default) SGLang must already import with $PYTHON (PYTHONPATH is honoured)
+# --work DIR          models, the study's directory and logs (default /tmp/ddsweep-gpu)
+# --capture           before the study, capture the real server's answers for the stand-in's fixtures
+#                     (benchmarks/gpu/capture.py; DIR/fixtures)
+# DDTree needs a build that has it (SGLang PR #29907 or the ddtree-v2 build); with released SGLang the DDTree
+# points are refused by the preflight and recorded, and the rest of the study runs.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+PY=${PYTHON:-python3}
+INSTALL=none WORK=/tmp/ddsweep-gpu CAPTURE=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --install) INSTALL=$2; shift 2 ;;
+    --work) WORK=$2; shift 2 ;;
+    --capture) CAPTURE=1; shift ;;
+    --) shift; break ;;
+    *) echo "check.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+started=$(date +%s)
+mkdir -p "$WORK"
+
+PACKAGES=(sglang==0.5.17 "snakemake>=9,<10" nvidia-ml-py)
+case "$INSTALL" in
+  none) ;;
+  online) "$PY" -m pip install -q "${PACKAGES[@]}" && "$PY" -m pip install -q --no-deps -e "$REPO" ;;
+  *) "$PY" -m pip install -q --no-index --find-links "$INSTALL" "${PACKAGES[@]}" &&
+     "$PY" -m pip install -q --no-deps --no-build-isolation -e "$REPO" ;;
+esac
+if ! "$PY" -c "import sglang.srt.server_args" 2>"$WORK/sglang-import.err"; then
+  echo "check.sh: SGLang does not import with $PY: $(tail -n 1 "$WORK/sglang-import.err")" >&2
+  echo "check.sh: install it (--install online, or --install WHEEL_DIR) or set PYTHON/PYTHONPATH" >&2
+  exit 1
+fi
+# ddsweep on PATH for the workflow's jobs: the installed one, else this checkout through the same interpreter
+if ! command -v ddsweep >/dev/null; then
+  mkdir -p "$WORK/bin"
+  printf '#!/bin/sh\nPYTHONPATH="%s/src${PYTHONPATH:+:$PYTHONPATH}" exec %s -m ddsweep "$@"\n' "$REPO" "$PY" \
+    > "$WORK/bin/ddsweep"
+  chmod +x "$WORK/bin/ddsweep"
+  export PATH="$WORK/bin:$PATH" PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}"
+fi
+echo "check.sh: $("$PY" -c 'import sglang, torch; print("sglang", sglang.__version__, "torch", torch.__version__)')"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+
+"$PY" "$REPO/benchmarks/gpu/make_models.py" "$WORK/models" > "$WORK/models.json"
+RUN=$WORK/run
+mkdir -p "$RUN/config"
+cp "$REPO/config/config.yaml" "$RUN/config/config.yaml"
+sed "s|@MODELS@|$WORK/models|g" "$REPO/benchmarks/gpu/study.yaml" > "$RUN/config/gpu.yaml"
+
+if [ "$CAPTURE" = 1 ]; then
+  (cd "$RUN" && "$PY" "$REPO/benchmarks/gpu/capture.py" --config config/config.yaml config/gpu.yaml \
+     --out "$WORK/fixtures" --points dflash-bs8 ddtree-v2-bs8-b8-t1-woff standalone-bs5-b4-t1-woff ngram-bs8)
+fi
+
+study_start=$(date +%s)
+set +e
+"$PY" -m snakemake --snakefile "$REPO/Snakefile" --directory "$RUN" --cores all --keep-going \
+  --configfile "$RUN/config/gpu.yaml" "$@"
+code=$?
+set -e
+now=$(date +%s)
+echo "check.sh: workflow exit code $code; workflow $((now - study_start)) s, whole check $((now - started)) s"
+if [ -f "$RUN/reports/optimization_summary.md" ]; then
+  echo "check.sh: summary in $RUN/reports/optimization_summary.md (tables in $RUN/results/tables/)"
+else
+  echo "check.sh: no summary was written; the point logs are in $RUN/results/logs/points/" >&2
+fi
+leftover=$(pgrep -f "sglang.launch_server" || true)
+[ -z "$leftover" ] || echo "check.sh: WARNING: server processes still running: $leftover" >&2
+exit "$code"

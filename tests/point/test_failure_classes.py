@@ -1,5 +1,6 @@
 """Failure classes: a configuration result is recorded (done.json) and never rerun; an infrastructure failure is
-retried and left without done.json; a busy GPU is an infrastructure failure found before the launch."""
+retried and, after the last attempt, recorded as persisted (rerun by the next invocation); a busy GPU is an
+infrastructure failure found before the launch."""
 
 from __future__ import annotations
 
@@ -99,22 +100,25 @@ def test_the_tracebacks_of_a_log_are_read_with_their_innermost_frame():
     assert [e.fatal for e in engine_exceptions(OOM_CRASH + REFUSAL)] == [False, False]
 
 
-def test_persisted_records_are_dropped_and_every_other_record_is_kept(tmp_path):
-    persisted = {"status": "failed", "persisted": True, "attempts": 3, "failure_class": INFRASTRUCTURE}
-    files = {"points/down/done.json": persisted, "launches/x/launch-1/done.json": persisted,
-             "points/ok/done.json": {"status": "ok"}, "points/bad/done.json": {"status": "failed"},
-             "points/down/attempts/1/done.json": persisted}
+def test_the_persisted_records_of_the_studys_points_are_dropped_and_no_other_record(tmp_path):
+    def persisted(point: str) -> dict:
+        return {"point_id": point, "status": "failed", "persisted": True, "attempts": 3,
+                "failure_class": INFRASTRUCTURE}
+    files = {"points/down/done.json": persisted("down"), "launches/x/launch-1/done.json": persisted("x"),
+             "points/ok/done.json": {"point_id": "ok", "status": "ok"},
+             "points/bad/done.json": {"point_id": "bad", "status": "failed"},
+             "points/down/attempts/1/done.json": persisted("down"), "points/gone/done.json": persisted("gone"),
+             "screen/x/done.json": persisted("x")}
     for name, content in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(json.dumps(content))
     (tmp_path / "points/torn/done.json").parent.mkdir(parents=True)
     (tmp_path / "points/torn/done.json").write_text("{")
-    dropped = drop_persisted_records(tmp_path)
-    assert sorted(p.relative_to(tmp_path).as_posix() for p in dropped) == [
-        "launches/x/launch-1/done.json", "points/down/done.json"]
-    left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("done.json"))
-    assert left == ["points/bad/done.json", "points/down/attempts/1/done.json", "points/ok/done.json",
-                    "points/torn/done.json"]
+    dropped = drop_persisted_records(tmp_path, {"down", "x", "ok", "bad", "torn"}, ["points", "launches"])
+    assert [Path(f).relative_to(tmp_path).as_posix() for f in dropped] == [
+        "points/down/done.json", "launches/x/launch-1/done.json"]
+    left = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("done.json")}
+    assert left == set(files) - {"points/down/done.json", "launches/x/launch-1/done.json"} | {"points/torn/done.json"}
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Failures as results: a study with one point per server fault of the stand-in still writes its summary, tables
 and bundle, naming each failed point, its kind and why; the failed points are not rerun by the next invocation.
-Infrastructure failures are retried, and a point whose failure persists is run again by the next invocation."""
+Infrastructure failures are retried; one that persists through the last attempt is recorded as that invocation's
+result (the summary names it as the machine's), and the next invocation runs the point again."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from standin import marked_processes
 ROOT = Path(__file__).resolve().parents[2]
 
 # preset name -> (stand-in fault flags, the error kind the point must record). Each is a configuration result:
-# refused flags at once (the preset's pattern), the others when they happen again on the retry.
+# refused flags at once (the preset's pattern), an exception in the engine's code at once (its traceback), the
+# others when they happen again on the retry.
 FAULTS = {
     "fexit": (["exit-during-startup"], "startup_exit"),
     "frefuse": (["refuse-flags"], "startup_exit"),
@@ -32,6 +34,7 @@ FAULTS = {
     "fmalformed": (["malformed-rate:1.0"], "bench_failures"),
     "fcut": (["cut-stream-rate:1.0"], "bench_failures"),
     "fknob": (["ignore-knob:budget"], "verify"),
+    "fraise": (["engine-exception"], "server_crash"),
 }
 
 
@@ -102,6 +105,12 @@ def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables
     assert "snakemake --cores all --configfile .test/config.yaml --configfile faults.yaml" in summary
     for point, kind in failed.items():
         assert f"`{point}` **failed** ({kind})" in summary
+    # the engine's exception: a result on its first occurrence, named with the engine's message
+    raised = json.loads((workdir / "results/points/fraise-bs8-b8-t4-w2048/failure.json").read_text())
+    assert raised["attempt"] == 1 and raised["failure_class"] == "configuration", raised
+    assert ("`fraise-bs8-b8-t4-w2048` **failed** (server_crash): the server exited with code 1 during the "
+            "benchmark: RuntimeError: The size of tensor a (7) must match") in summary
+    assert "the configuration's failure: the engine's own code raised an exception: RuntimeError" in summary
     bundle = workdir / json.loads((workdir / "reports/bundle.json").read_text())["bundle"]
     with tarfile.open(bundle) as tar:
         names = set(tar.getnames())
@@ -124,7 +133,8 @@ def test_infrastructure_failures_are_retried_and_a_persistent_one_runs_again_nex
     workdir = copy_workflow(tmp_path / "study")
     (workdir / "faults.yaml").write_text(yaml.safe_dump(study))
     first = _snakemake(workdir, "--keep-going")
-    assert first.returncode != 0  # the point that never starts fails its job after the retries
+    # the point that never starts is recorded after its last attempt: the study ends with its summary
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
     points = workdir / "results/points"
     flaky = points / "flaky-bs8-b8-t4-w2048"
     assert json.loads((flaky / "status.json").read_text())["status"] == "ok", first.stderr[-3000:]
@@ -134,13 +144,27 @@ def test_infrastructure_failures_are_retried_and_a_persistent_one_runs_again_nex
     down = points / "down-bs8-b8-t4-w2048"
     failure = json.loads((down / "failure.json").read_text())
     assert failure["failure_class"] == "infrastructure" and failure["attempt"] == 3, failure
-    assert not (down / "done.json").exists()
+    assert failure["persisted"] is True and failure["attempts"] == 3, failure
+    done = json.loads((down / "done.json").read_text())
+    assert done["status"] == "failed" and done["persisted"] is True and done["error_kind"] == "startup_timeout"
+    summary = (workdir / "reports/optimization_summary.md").read_text()
+    assert ("`down-bs8-b8-t4-w2048` **failed** (startup_timeout): the server did not become healthy within 6 s"
+            in summary), summary
+    assert ("the machine's failure (infrastructure, on all 3 attempts of this invocation: startup_timeout does "
+            "not depend on the point's configuration); the next invocation runs it again") in summary
+    status = subprocess.run([sys.executable, "-m", "ddsweep", "status", "--config", "config/config.yaml",
+                             ".test/config.yaml", "faults.yaml"], cwd=workdir, capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert status.returncode == 0, status.stderr
+    (line,) = [row for row in status.stdout.splitlines() if row.startswith("down-bs8-b8-t4-w2048")]
+    assert " failed " in line and "failed-infrastructure on all 3 attempt(s); rerun by the next invocation" in line
     refused = json.loads((points / "frefuse-bs8-b8-t4-w2048" / "failure.json").read_text())
     assert refused["failure_class"] == "configuration" and refused["attempt"] == 1, refused
     assert not (points / "dflash-bs8-w2048").exists()
-    again = _snakemake(workdir, "-n")
+    again = _snakemake(workdir, "-n")  # the persisted record: the next invocation runs the point again
     assert "down-bs8-b8-t4-w2048" in again.stdout and "rule run_point" in again.stdout
     assert again.stdout.count("rule run_point:") == 1, again.stdout[-3000:]
+    assert "rule summarize:" in again.stdout and not (down / "done.json").exists()
 
     # Without the point that never starts, the study completes from what it has: nothing else reruns.
     study["sweep"]["points"] = [p for p in study["sweep"]["points"] if p["preset"] != "down"]

@@ -41,6 +41,8 @@ rule summarize:
         points=point_done_files(),
         config="results/study_config.yaml",
         plan="results/plan.json",
+        # rewritten when this invocation reruns jobs whose machine failed them on every attempt (common.smk)
+        reruns="results/reruns.json",
         # an adaptive study's funnel becomes a section of the summary
         funnel=["results/screen/funnel.json"] if ADAPTIVE else [],
         # end-of-study reference runs, when they run (workflow/rules/reference.smk)

@@ -16,7 +16,7 @@ from ddsweep.config.reference import reference_enabled, reference_point
 from ddsweep.adaptive.stages import is_adaptive
 from ddsweep.config.records import point_record
 from ddsweep.config.study import ConfigError, validate_config
-from ddsweep.point.failures import drop_persisted_records
+from ddsweep.point.failures import drop_persisted_records, note_reruns
 
 # ddsweep's own check first: its messages name the key and the rule broken, and STUDY, which every rule reads,
 # has the schema's defaults filled. The catalog-style schema validation follows without filling defaults itself:
@@ -26,12 +26,6 @@ try:
 except ConfigError as error:
     raise WorkflowError(f"bad configuration: {error}") from None
 validate(config, schema="../schemas/config.schema.yaml", set_default=False)
-
-# An infrastructure failure that outlasted the retries of an earlier invocation was that invocation's result:
-# this one runs the job again (ddsweep.point.failures). Only the main process: a Slurm job also reads this file.
-if workflow.is_main_process:
-    for path in drop_persisted_records(Path("results")):
-        print(f"ddsweep: {path.parent} failed on the machine on every attempt last time; running it again")
 
 # Only the points that run: of points with the same server configuration, the representative (aliases are
 # recorded in results/plan.json), unless sweep.run_aliases is true.
@@ -47,6 +41,16 @@ STUDY["sweep"]["strategy"] = "adaptive" if ADAPTIVE else "grid"
 REFERENCE = reference_point(STUDY)
 # Server launches per grid point (sweep.launches; workflow/rules/launches.smk).
 LAUNCHES = grid_launches(STUDY)
+
+# An infrastructure failure that outlasted the retries of an earlier invocation was that invocation's result
+# (done.json `persisted`): this one drops the record and runs the job again, the summary with it (reruns.json,
+# an input of the summary). Only the main process: a Slurm job reads this file too.
+if workflow.is_main_process:
+    stages = ["screen", "confirm", "points"] if ADAPTIVE else ["points", "reference", "launches"]
+    RERUN = drop_persisted_records(Path("results"), POINTS, [*stages, "coding_full"])
+    note_reruns(Path("results/reruns.json"), RERUN)
+    for path in RERUN:
+        print(f"ddsweep: {path} failed on the machine on every attempt last time; running it again")
 
 
 def command_line():

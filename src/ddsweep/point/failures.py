@@ -4,8 +4,9 @@ A configuration result (the server refused the flags, verification found a knob 
 code raised an exception, a crash that happened again on retry) is recorded with `done.json` and never rerun.
 An infrastructure failure (start-up timeout, out of memory, GPUs busy, NCCL, node or filesystem errors, lost
 connection, an interruption from outside) is retried by Snakemake up to `resources.retries`; on the last attempt
-it is recorded as the point's result of this invocation (`done.json` with `persisted: true`), which the next
-invocation drops at its start (`stale_persisted_records`) to run the point again. The evidence, in order: the
+it is recorded as the point's result of this invocation (`done.json` with `persisted: true`), so that the
+summary is written; the next invocation drops that record at its start and runs the point again
+(`drop_persisted_records`). The evidence, in order: the
 server-log patterns of the point's `failure_patterns` (engine defaults and the preset's own); a Python
 traceback in the log of a server that died (or one SGLang reports as fatal, "Scheduler hit an exception")
 whose exception is not the machine's; a kind that happened again on retry; else infrastructure."""
@@ -15,7 +16,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,18 +153,28 @@ def is_persisted(done: Mapping) -> bool:
     return bool(done.get("persisted")) and done.get("status") == "failed"
 
 
-def drop_persisted_records(results_dir: Path) -> list[Path]:
-    """Remove every done.json under `results_dir` that records a persisted infrastructure failure, so that this
-    invocation runs those jobs again; returns the files removed."""
+def drop_persisted_records(results_dir: Path, point_ids: Collection[str], stages: Collection[str]) -> list[str]:
+    """Remove the done.json files under RESULTS_DIR/<stage>/ that record a persisted infrastructure failure of one
+    of `point_ids`, so that this invocation runs those jobs again; returns them."""
     dropped = []
-    for path in sorted(Path(results_dir).rglob("done.json")):
-        if "attempts" in path.relative_to(results_dir).parts:
-            continue
-        try:
-            done = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(done, dict) and is_persisted(done):
-            path.unlink(missing_ok=True)
-            dropped.append(path)
+    for stage in stages:
+        for path in sorted((Path(results_dir) / stage).rglob("done.json")):
+            if "attempts" in path.relative_to(results_dir).parts:
+                continue
+            try:
+                done = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(done, dict) and is_persisted(done) and done.get("point_id") in point_ids:
+                path.unlink(missing_ok=True)
+                dropped.append(path.as_posix())
     return dropped
+
+
+def note_reruns(path: Path, dropped: list[str]) -> None:
+    """Rewrite the reruns file when records were dropped (or it is missing): an input of the summary, it makes
+    Snakemake rebuild the summary and with it the dropped jobs (it rebuilds no missing file whose consumers are
+    up to date)."""
+    if dropped or not Path(path).exists():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps({"dropped": dropped, "time": time.time()}, indent=1) + "\n")

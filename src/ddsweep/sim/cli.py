@@ -22,7 +22,7 @@ from typing import Any
 
 from ddsweep.config.knobs import KNOBS
 from ddsweep.sim import contract as sglang_contract
-from ddsweep.sim.model import Knobs, ModelParams, stable_hash
+from ddsweep.sim.model import Knobs, ModelParams, stable_hash, verify_slots
 from ddsweep.sim.records import Fault, SimSettings
 from ddsweep.sim.server import FAULT_KINDS, log, run
 
@@ -73,11 +73,16 @@ def add_lenient_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--model-path", "--model", dest="model_path", required=True)
     parser.add_argument("--served-model-name", default=None)
-    parser.add_argument("--speculative-algorithm", choices=["DDTREE", "DFLASH"], type=str.upper, default=None)
+    parser.add_argument("--speculative-algorithm", choices=["DDTREE", "DFLASH", "STANDALONE", "NGRAM"],
+                        type=str.upper, default=None)
     parser.add_argument("--speculative-draft-model-path", default=None)
     parser.add_argument("--speculative-dflash-block-size", type=int, default=None)
     parser.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    parser.add_argument("--speculative-num-steps", type=int, default=None)  # STANDALONE (EAGLE's tree search)
+    parser.add_argument("--speculative-eagle-topk", type=int, default=None)
+    parser.add_argument("--speculative-ngram-max-bfs-breadth", type=int, default=10)
     parser.add_argument("--speculative-ddtree-budget", type=int, default=None)
+    parser.add_argument("--speculative-ddtree-block-size", type=int, default=None)  # the ddtree-v2 build
     parser.add_argument("--speculative-draft-window-size", type=int, default=None)
     parser.add_argument("--disable-overlap-schedule", action="store_true")  # DDTree's scheduling, for DFLASH too
     parser.add_argument("--max-running-requests", type=int, default=None)
@@ -173,17 +178,32 @@ def resolve_args(args: argparse.Namespace, unknown: dict[str, Any]) -> dict[str,
     resolved["speculative_algorithm"] = algo.upper() if isinstance(algo, str) else algo
     resolved["served_model_name"] = resolved.get("served_model_name") or resolved["model_path"]
     block, tokens = resolved.get("speculative_dflash_block_size"), resolved.get("speculative_num_draft_tokens")
-    if resolved["speculative_algorithm"] in ("DFLASH", "DDTREE"):
+    algo = resolved["speculative_algorithm"]
+    if algo == "DDTREE" and resolved.get("speculative_ddtree_block_size") is not None:
+        # the ddtree-v2 build: its own block-size flag wins, and DFLASH's is cleared (speculative_hook.py)
+        block, tokens = resolved["speculative_ddtree_block_size"], None
+        resolved["speculative_dflash_block_size"] = None
+    if algo in ("STANDALONE", "NGRAM"):
+        if algo == "NGRAM":  # _handle_ngram: top-k is the BFS breadth, 12 draft tokens when unset
+            resolved["speculative_eagle_topk"] = resolved.get("speculative_ngram_max_bfs_breadth")
+            resolved["speculative_num_draft_tokens"] = tokens or 12
+        _spec_admission(resolved)
+    if algo in ("DFLASH", "DDTREE"):
         if block is not None and tokens is not None and int(block) != int(tokens):
             raise ValueError("Both --speculative-num-draft-tokens and --speculative-dflash-block-size are set but "
                              f"they differ. speculative_num_draft_tokens={tokens}, "
                              f"speculative_dflash_block_size={block}.")
         resolved["speculative_num_draft_tokens"] = block if block is not None else tokens
-        if resolved.get("max_running_requests") is None:
-            log("Max running requests is reset to 48 for speculative decoding. You can override this by "
-                "explicitly setting --max-running-requests. [simulated]")
-            resolved["max_running_requests"] = SPEC_MAX_RUNNING
+        _spec_admission(resolved)
     return resolved
+
+
+def _spec_admission(resolved: dict[str, Any]) -> None:
+    """SGLang's 48 running requests for speculative decoding when --max-running-requests is unset."""
+    if resolved.get("max_running_requests") is None:
+        log("Max running requests is reset to 48 for speculative decoding. You can override this by "
+            "explicitly setting --max-running-requests. [simulated]")
+        resolved["max_running_requests"] = SPEC_MAX_RUNNING
 
 
 def build_settings(args: argparse.Namespace, unknown: dict[str, Any], env: dict[str, str],
@@ -193,7 +213,7 @@ def build_settings(args: argparse.Namespace, unknown: dict[str, Any], env: dict[
     ignored = {f.arg for f in faults if f.kind == "ignore-knob"}
     resolved = resolve_args(args, unknown)
     algo = resolved["speculative_algorithm"]
-    kind = {"DDTREE": "ddtree", "DFLASH": "dflash"}.get(algo or "", "ar")
+    kind = {"DDTREE": "ddtree", "DFLASH": "dflash", "STANDALONE": "ddtree", "NGRAM": "dflash"}.get(algo or "", "ar")
     asked_block = resolved.get("speculative_num_draft_tokens")
     block = asked_block if asked_block and "block_size" not in ignored else args.sim_trained_block_size
     window = resolved.get("speculative_draft_window_size") if "window" not in ignored else None
@@ -203,10 +223,14 @@ def build_settings(args: argparse.Namespace, unknown: dict[str, Any], env: dict[
     topk = int(env_topk) if env_topk and "topk" not in ignored else DEFAULT_TOPK
     if kind == "ar":
         knobs = Knobs("ar", None, None, None, None)
+    elif algo == "STANDALONE":  # a tree of num_steps depths, eagle_topk wide, num_draft_tokens - 1 nodes
+        steps, tokens = resolved.get("speculative_num_steps") or 3, resolved.get("speculative_num_draft_tokens")
+        knobs = Knobs("ddtree", (tokens or steps + 1) - 1, resolved.get("speculative_eagle_topk") or 1, steps + 1,
+                      None, algo)
     elif kind == "dflash":
-        knobs = Knobs("dflash", None, None, block, window)
+        knobs = Knobs("dflash", None, None, block, window if algo == "DFLASH" else None, algo)
     else:
-        knobs = Knobs("ddtree", budget, topk, block, window)
+        knobs = Knobs("ddtree", budget, topk, block, window, algo)
     if knobs.window is not None and knobs.block_size and knobs.window < knobs.block_size:
         raise ValueError(f"--speculative-draft-window-size must be >= --speculative-num-draft-tokens (block_size). "
                          f"window_size={knobs.window}, block_size={knobs.block_size}.")
@@ -216,10 +240,14 @@ def build_settings(args: argparse.Namespace, unknown: dict[str, Any], env: dict[
                          trained_block_size=args.sim_trained_block_size, trained_window=args.sim_trained_window,
                          accept_fixed=args.sim_accept_fixed)
     # What the stand-in really applies (an ignore-knob fault shows here, as a server ignoring a flag would).
-    resolved.update({"speculative_num_draft_tokens": knobs.block_size,
-                     "speculative_dflash_block_size": knobs.block_size,
-                     "speculative_ddtree_budget": knobs.budget,
-                     "speculative_draft_window_size": knobs.window})
+    if algo in (None, "DFLASH", "DDTREE"):
+        v2 = resolved.get("speculative_ddtree_block_size") is not None
+        resolved.update({"speculative_num_draft_tokens": knobs.block_size,
+                         "speculative_dflash_block_size": None if v2 else knobs.block_size,
+                         "speculative_ddtree_budget": knobs.budget,
+                         "speculative_draft_window_size": knobs.window})
+        if v2:
+            resolved["speculative_ddtree_block_size"] = knobs.block_size
     if resolved.get("random_seed") is None:
         resolved["random_seed"] = args.sim_seed
     return SimSettings(host=resolved["host"], port=resolved["port"], model_path=resolved["model_path"],
@@ -242,6 +270,8 @@ def launch_factor(cv: float, seed: int | None) -> float:
 def config_line(knobs: Knobs) -> str:
     """The log line that states the applied speculative configuration, as SGLang prints it."""
     compact = knobs.window is not None
+    if knobs.algorithm in ("STANDALONE", "NGRAM"):
+        return f"{knobs.algorithm} config: verify width {verify_slots(knobs)} [simulated]"
     if knobs.kind == "ddtree":
         return (f"DDTree config: budget={knobs.budget} max_topk={knobs.topk} block_size={knobs.block_size} "
                 f"draft_window_size={knobs.window} compact_cache={compact} [simulated]")
@@ -287,8 +317,12 @@ def main(args: argparse.Namespace) -> int:
     fields = ", ".join(f"{k}={v!r}" for k, v in settings.server_args.items() if v is not None)
     log(f"server_args=ServerArgs({fields}) [simulated]")
     log(config_line(settings.knobs))
-    if settings.knobs.kind == "ddtree":
-        knobs = settings.knobs
+    knobs = settings.knobs
+    if knobs.algorithm == "DDTREE" and settings.server_args.get("speculative_ddtree_block_size") is not None:
+        log(f"Initialized DDTREE v2 worker. block_size={knobs.block_size}, tree_budget={knobs.budget}, "
+            f"max_tree_nodes={int(knobs.budget or 0) + 1}, prune=False, tree_attention=False, cpu_build=False, "
+            f"cpu_follow=False, graph_buckets=[{int(knobs.budget or 0) + 1}] [simulated]")
+    elif knobs.algorithm == "DDTREE":
         log(f"Initialized DDTree worker. block_size={knobs.block_size}, tree_budget={knobs.budget}, "
             f"max_tree_nodes={int(knobs.budget or 0) + 1} [simulated]")
     group = settings.server_args

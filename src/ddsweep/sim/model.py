@@ -41,11 +41,12 @@ _WORDS = tuple(_WORD_TEXT.split())
 class Knobs:
     """The speculative-decoding configuration the server actually applies."""
 
-    kind: str  # "ddtree", "dflash" or "ar"
+    kind: str  # "ddtree", "dflash" or "ar": the timing model (a tree, a chain, none)
     budget: int | None
     topk: int | None
     block_size: int | None
     window: int | None
+    algorithm: str | None = None  # the engine's algorithm (DDTREE, DFLASH, STANDALONE, NGRAM); None: ar
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def step_time_s(params: ModelParams, knobs: Knobs, batch: int) -> float:
         return 0.0
     tokens = batch * verify_slots(knobs)
     ms = params.step_ms * (1.0 + params.token_cost * (tokens - 1))
-    if knobs.kind != "ar":
+    if knobs.kind != "ar" and knobs.algorithm != "NGRAM":  # NGRAM looks drafts up: no drafter runs
         ms += params.step_ms * (params.draft_frac + params.draft_batch_frac * (batch - 1))
     return ms / 1000.0
 
@@ -173,9 +174,10 @@ class AcceptanceSampler:
     """
 
     def __init__(self, params: ModelParams, knobs: Knobs, seed: int, prompt_key: int, kind: str = "prose",
-                 eos_at: int | None = None) -> None:
-        """Prepare the per-depth probabilities and a random stream seeded by (seed, prompt)."""
-        self._fixed = params.accept_fixed if knobs.kind != "ar" else 1
+                 eos_at: int | None = None, fixed: int | None = None) -> None:
+        """Prepare the per-depth probabilities and a random stream seeded by (seed, prompt); `fixed` accepts that
+        many tokens every step (drafts that always agree with the target)."""
+        self._fixed = fixed or (params.accept_fixed if knobs.kind != "ar" else 1)
         self._probs = depth_probabilities(params, knobs, kind)
         self._post_eos = depth_probabilities(params, knobs, "post_eos")
         self._eos_at = eos_at

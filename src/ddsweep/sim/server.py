@@ -91,6 +91,7 @@ class SimServer(OpenAIEndpoints):
         self._exit_code = 0
         self._coding = _load_simulated_answer()
         self._cache = PrefixCache()
+        self._ngram_store: set[int] = set()  # prompts an NGRAM server has seen
         configured = settings.server_args.get("max_running_requests")
         self.max_running = int(configured) if configured else AR_MAX_RUNNING
 
@@ -390,11 +391,26 @@ class SimServer(OpenAIEndpoints):
             pieces, finish = [" "], "stop"
         eos_at = natural_length(seed, prompt) if ignore_eos and answer is None else None
         sampler = AcceptanceSampler(self.s.params, self.s.knobs, seed, stable_hash(prompt), prompt_kind(prompt),
-                                    eos_at)
+                                    eos_at, self._always_accepted(prompt, record))
         return GenRequest(rid=uuid.uuid4().hex, prompt=prompt, prompt_tokens=max(1, tokenizer.count(prompt)),
                           pieces=pieces, finish_type=finish, max_new_tokens=max_new, sampler=sampler,
                           on_step=lambda r, t: None, on_done=lambda r: None, record=record,
                           cached_tokens=self._cache.lookup(prompt) if record else 0)
+
+    def _always_accepted(self, prompt: str, record: bool) -> int | None:
+        """Tokens accepted per step when every draft agrees with the target: STANDALONE drafting with the target
+        itself, and NGRAM on a prompt its store (shared by every request of the server) has seen; else None."""
+        knobs = self.s.knobs
+        if knobs.algorithm == "STANDALONE" and self.s.server_args.get("speculative_draft_model_path") in (
+                None, self.s.model_path):
+            return min(int(knobs.budget or 0), int(knobs.block_size or 1) - 1) + 1
+        if knobs.algorithm == "NGRAM":
+            key = stable_hash(prompt)
+            seen = key in self._ngram_store
+            if record:
+                self._ngram_store.add(key)
+            return int(knobs.block_size or 1) if seen else None
+        return None
 
     def _admit_generate(self, conn: Connection) -> tuple[bool, bool, bool]:
         """Apply request-level faults; returns (handled, malformed, cut)."""

@@ -367,7 +367,7 @@ def test_a_cell_over_the_threshold_makes_a_partial_point_whose_other_cells_are_u
     row = results.failures_frame().set_index("point_id").loc["ar"]
     assert row["error_kind"] == "failed_cells" and f"ctx={failed[0]['context']}" in row["reason"]
     items = failed_points_caveat(SimpleNamespace(results=results))["items"]
-    assert items == [f"`ar` **partial**: failed cell(s), not used: {row['reason']}; its other cells count in every "
+    assert items == [f"`ar` **partial**: cell(s) it lacks, not used: {row['reason']}; its other cells count in every "
                      "regime they serve"]
 
 

@@ -11,10 +11,11 @@ import sys
 import time
 
 import pytest
-from conftest import demo_record
+from conftest import demo_config, demo_record
 from test_lifecycle import NO_CODING, owned_processes_of_port
 
 from ddsweep.analysis.results import failed_cells_text, load_results
+from ddsweep.point.preflight import check_matrix
 from ddsweep.point.run import PointFailed, run_point
 
 
@@ -122,3 +123,16 @@ def test_a_point_whose_every_cell_failed_its_threshold_is_failed_not_partial(tmp
     assert str(error.value).startswith("no measured cell: all 2 cells failed their failure threshold")
     assert not (tmp_path / "p" / "status.json").exists()
     assert json.loads((tmp_path / "p" / "failure.json").read_text())["error_kind"] == "bench_failures"
+
+
+def test_the_preflight_reports_a_context_no_prompt_can_be_sized_to_before_any_server_starts():
+    contexts = [8, *demo_config()["benchmark"]["contexts"]]
+    config = demo_config(benchmark={"contexts": contexts})
+    (finding,) = check_matrix(config)
+    assert finding.level == "notice" and "recorded as infeasible by every point: coding ctx=8 (workload coding: " \
+        "no prompt can be sized to context 8" in finding.message
+    assert check_matrix(demo_config()) == []  # the demo's own contexts are all measurable
+    config["simulated"] = False  # a real study whose model directory is not on this host: said, not guessed
+    (finding,) = check_matrix(config)
+    assert finding.message.startswith("benchmark contexts were not checked against the prompts' sizes: "
+                                      "target.model_path")

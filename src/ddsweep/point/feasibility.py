@@ -2,30 +2,38 @@
 shortest prompt as the server's tokenizer counts it, or longer than its padding allows).
 
 Found against the running server's `/tokenize` before the benchmark starts; those (workload, context) cells are
-recorded as infeasible (status.json `infeasible_cells`) and the rest of the matrix is measured."""
+recorded as infeasible (status.json `infeasible_cells`) and the rest of the matrix is measured. The preflight
+finds them before any server starts with the model directory's tokenizer (or the stand-in's), where it loads."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from ddsweep.bench.cells import BenchmarkError, BenchSettings, TokenizeClient, TokenizeError
-from ddsweep.bench.workloads import PromptBuilder, Workload, WorkloadError
+from ddsweep.bench.workloads import PromptBuilder, TokenizeFn, Workload, WorkloadError
+
+
+def unbuildable_cells(tokenize: TokenizeFn, settings: BenchSettings) -> list[dict[str, Any]]:
+    """Each (workload, context) of the matrix whose first prompt cannot be built, with the builder's reason."""
+    found = []
+    for entry in settings.workloads:
+        workload = Workload.from_config(entry)
+        builder = PromptBuilder(workload, tokenize, settings.seed)
+        for context in workload.contexts or settings.contexts:
+            try:
+                builder.build(context, 0)
+            except WorkloadError as exc:
+                found.append({"workload": workload.name, "context": context, "reason": str(exc)})
+    return found
 
 
 def infeasible_cells(url: str, settings: BenchSettings) -> list[dict[str, Any]]:
-    """Each (workload, context) of the matrix whose first prompt cannot be built, with the builder's reason."""
+    """The unbuildable cells as the server at `url` counts tokens (its `/tokenize`)."""
     tokenizer = TokenizeClient(url)
-    found = []
     try:
-        for entry in settings.workloads:
-            workload = Workload.from_config(entry)
-            builder = PromptBuilder(workload, tokenizer, settings.seed)
-            for context in workload.contexts or settings.contexts:
-                try:
-                    builder.build(context, 0)
-                except WorkloadError as exc:
-                    found.append({"workload": workload.name, "context": context, "reason": str(exc)})
+        return unbuildable_cells(tokenizer, settings)
     except (TokenizeError, KeyError) as exc:
         raise BenchmarkError(f"could not count prompt tokens with {url}/tokenize while checking which contexts "
                              f"the workloads can build: {type(exc).__name__}: {exc}") from exc
@@ -33,7 +41,49 @@ def infeasible_cells(url: str, settings: BenchSettings) -> list[dict[str, Any]]:
         raise BenchmarkError(str(exc)) from exc
     finally:
         tokenizer.close()
-    return found
+
+
+def local_tokenizer(config: dict) -> tuple[TokenizeFn | None, str]:
+    """A stand-in for the server's `/tokenize` on this host and what it is: the stand-in's tokenizer for a
+    simulated study, else the model directory's through `transformers` (None, with the reason, when neither)."""
+    if config.get("simulated"):
+        from ddsweep.sim import tokenizer
+        from ddsweep.sim.openai import render_chat
+
+        def simulated(body: dict) -> list[int]:
+            """The stand-in server's /tokenize."""
+            text = render_chat(body["messages"]) if body.get("messages") is not None else str(body["prompt"])
+            return tokenizer.token_ids(text)
+        return simulated, "the stand-in's tokenizer"
+    path = Path(str(config["target"]["model_path"]))
+    if not path.is_dir():
+        return None, f"target.model_path {str(path)!r} is not a directory on this host"
+    try:
+        from transformers import AutoTokenizer
+
+        loaded = AutoTokenizer.from_pretrained(str(path))
+    except Exception as exc:  # noqa: BLE001 - any failure to load only means the check is not made here
+        return None, f"its tokenizer does not load here ({type(exc).__name__}: {str(exc)[:200]})"
+
+    def model(body: dict) -> list[int]:
+        """SGLang's /tokenize: the chat template for `messages`, special tokens added to a `prompt`."""
+        if body.get("messages") is not None:
+            return list(loaded.apply_chat_template(body["messages"], tokenize=True, add_generation_prompt=True))
+        return list(loaded(body["prompt"], add_special_tokens=True)["input_ids"])
+    return model, f"the tokenizer of {path}"
+
+
+def matrix_check(config: dict) -> tuple[list[dict[str, Any]], str]:
+    """The study's unbuildable cells found on this host, and with which tokenizer (or why none was checked)."""
+    tokenize, source = local_tokenizer(config)
+    if tokenize is None:
+        return [], f"benchmark contexts were not checked against the prompts' sizes: {source}"
+    bench = config["benchmark"]
+    settings = BenchSettings(**{k: v for k, v in bench.items() if k in BenchSettings.__dataclass_fields__})
+    try:
+        return unbuildable_cells(tokenize, settings), source
+    except (WorkloadError, KeyError, ValueError) as exc:
+        return [], f"benchmark contexts were not checked with {source}: {type(exc).__name__}: {exc}"
 
 
 def without_cells(settings: BenchSettings, infeasible: list[dict[str, Any]]) -> BenchSettings | None:

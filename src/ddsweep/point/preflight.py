@@ -34,6 +34,8 @@ from ddsweep.config.study import (
     config_from_args,
     expand_points,
 )
+from ddsweep.point.feasibility import describe as describe_cells
+from ddsweep.point.feasibility import matrix_check
 from ddsweep.point.lifecycle import render_server
 from ddsweep.storage import write_json_atomic
 
@@ -344,7 +346,18 @@ def run_preflight(config: dict, presets: Iterable[str] | None = None) -> list[Fi
         if unknown:
             raise ConfigError(f"no point of this configuration uses preset(s) {', '.join(unknown)}")
         points = [p for p in points if p.preset in wanted]
-    return check_paths(config, points) + check_host(config) + check_partition(config) + check_flags(config, points)
+    return (check_paths(config, points) + check_host(config) + check_partition(config) + check_flags(config, points)
+            + check_matrix(config))
+
+
+def check_matrix(config: dict) -> list[Finding]:
+    """The benchmark cells no prompt can be sized to with the model's tokenizer: every point records them as
+    infeasible and measures the rest (a notice each; a notice when no tokenizer loads here)."""
+    cells, source = matrix_check(config)
+    if not cells and source.startswith("benchmark contexts"):
+        return [Finding("notice", source)]
+    return [Finding("notice", f"benchmark cell not measurable ({source}), recorded as infeasible by every point: "
+                    f"{describe_cells([cell])}") for cell in cells]
 
 
 def _run_preflight_command(args: argparse.Namespace) -> int:

@@ -262,6 +262,29 @@ def test_a_signal_to_run_point_stops_the_server_and_leaves_the_point_incomplete(
     assert not (out / "status.json").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's")
+def test_a_run_point_killed_outright_takes_its_server_with_it(tmp_path):
+    """SIGKILL (a harness or scheduler killing the job's process group) leaves run-point no time to stop its
+    server: the kernel does (PR_SET_PDEATHSIG)."""
+    out = tmp_path / "p"
+    record = demo_record("ar", sim_args=["--sim-startup-delay", "30"], **NO_CODING)
+    proc = subprocess.Popen([sys.executable, "-m", "ddsweep", "run-point", "--record", json.dumps(record),
+                             "--out", str(out)], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while not (out / "point.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    port = json.loads((out / "point.json").read_text())["port"]
+    assert owned_processes_of_port(port), "the server should be starting"
+    proc.kill()
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 5
+    while owned_processes_of_port(port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert owned_processes_of_port(port) == []
+
+
 def test_rerun_archives_the_previous_attempt(tmp_path):
     out = tmp_path / "p"
     out.mkdir()

@@ -4,6 +4,7 @@ wait until it is healthy, verify the applied knobs, and always stop the whole pr
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import signal
@@ -30,6 +31,7 @@ INFO_ENDPOINT_KEY = "ddsweep_endpoint"
 OWNER_ENV = "DDSWEEP_SERVER_OWNER"
 # The last line of a Python traceback: `ValueError: ...`, `torch.OutOfMemoryError: ...`.
 ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception): .+$", re.MULTILINE)
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PORT_IN_USE = re.compile(r"address already in use|errno 98|port .* (is )?(already )?in use", re.IGNORECASE)
 
 
@@ -155,7 +157,8 @@ class ManagedServer:
             log.flush()
             try:
                 self.process = subprocess.Popen(self.spec.command, stdout=log, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                                                stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
             except OSError as exc:
                 raise ServerError("startup_exit", f"could not start the server command "
                                   f"{self.spec.command[0]!r}: {exc}") from exc
@@ -271,6 +274,12 @@ class ManagedServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the server's process before exec: the kernel kills it when the job that started it dies, even by SIGKILL
+    (a job killed outright cannot stop its server; SGLang's own subprocesses follow their parent the same way)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

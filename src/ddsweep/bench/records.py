@@ -41,6 +41,7 @@ class RequestRecord:
     chunks: list[list[float]] = field(default_factory=list)
     spec_verify_ct: int | None = None
     acceptance_length: float | None = None
+    engine_accept_length: float | None = None  # SGLang's own meta_info.spec_accept_length, where it sends one
     error: str | None = None
     simulated: bool = False
 
@@ -120,11 +121,15 @@ def _fill_from_meta(record: RequestRecord, meta: dict) -> None:
         record.spec_verify_ct = int(verify)
         if verify and record.completion_tokens:
             record.acceptance_length = record.completion_tokens / verify
+    if isinstance(meta.get("spec_accept_length"), (int, float)):
+        record.engine_accept_length = float(meta["spec_accept_length"])
 
 
 # --------------------------------------------------------------------------- figures
-def cell_figures(records: list[RequestRecord]) -> dict:
-    """Figures of one cell from its measured (non-warmup) requests, per docs/results-schema.md (ddsweep.figures)."""
+def cell_figures(records: list[RequestRecord], stall_factor: float = figures.STALL_FACTOR,
+                 stall_floor_s: float = figures.STALL_FLOOR_S) -> dict:
+    """Figures of one cell from its measured (non-warmup) requests, per docs/results-schema.md (ddsweep.figures),
+    with its first-token stalls (kept in every figure, reported) and whether its acceptance is saturated."""
     measured = [vars(r) for r in records if not r.warmup]
     done = [r for r in measured if not figures.failed(r)]
     wall = figures.wall_s(measured)
@@ -154,6 +159,8 @@ def cell_figures(records: list[RequestRecord]) -> dict:
         "finish_reasons": dict(Counter(str(r["finish_reason"]) for r in done)),
         "at_concurrency_fraction": figures.at_concurrency_fraction(measured) if measured else None,
         "steady_state": figures.steady_state(measured),
+        "stalls": figures.stalls(measured, stall_factor, stall_floor_s),
+        "saturation": figures.saturation(measured),
     }
 
 

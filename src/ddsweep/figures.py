@@ -274,3 +274,86 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("tpot_p99_s", "99th-percentile time per output token (s)", True, _latency("tpot_s", 99),
            _request("tpot_s"), 99),
 )}
+
+
+# --------------------------------------------------------------------------- how far a cell can be trusted
+STABILITY_SUBWINDOWS = 3
+STABILITY_TOLERANCE = 0.10
+STALL_FACTOR = 10.0
+STALL_FLOOR_S = 0.25
+MIN_SATURATION_STEPS = 8
+LISTED_STALLS = 10
+
+
+def subwindow_throughputs(records: Sequence[Record], start: float, end: float,
+                          parts: int = STABILITY_SUBWINDOWS) -> list[float]:
+    """Output tok/s of each of `parts` equal sub-windows of [start, end]; a token counts in the sub-window its
+    chunk arrived in (completed requests only)."""
+    width = (end - start) / parts
+    if width <= 0:
+        return []
+    tokens = [0] * parts
+    for r in records:
+        if failed(r) or r.get("start_ts") is None:
+            continue
+        for t, n in request_times(r).arrivals:
+            at = r["start_ts"] + t
+            if start <= at <= end:
+                tokens[min(parts - 1, int((at - start) / width))] += n
+    return [n / width for n in tokens]
+
+
+def spread(values: Sequence[float]) -> float | None:
+    """(max - min) / mean of sub-window figures: 0 when they agree; None without two positive-mean values."""
+    if len(values) < 2:
+        return None
+    mean = sum(values) / len(values)
+    return (max(values) - min(values)) / mean if mean > 0 else None
+
+
+def stability(records: Sequence[Record], parts: int = STABILITY_SUBWINDOWS,
+              tolerance: float = STABILITY_TOLERANCE) -> dict[str, Any]:
+    """Whether a cell's throughput settled: its steady-state window (or the whole cell without one) cut in `parts`
+    sub-windows, stable when their spread is within `tolerance`. Unstable also when no window exists."""
+    window = steady_state_window(records)
+    if window is None:
+        starts = [r["start_ts"] for r in records if r.get("start_ts") is not None]
+        ends = [r["end_ts"] for r in records if r.get("end_ts") is not None]
+        window = (min(starts), max(ends)) if starts and ends else None
+    values = subwindow_throughputs(records, *window, parts=parts) if window else []
+    figure = spread(values)
+    return {"subwindow_tok_s": values, "spread": figure, "tolerance": tolerance,
+            "stable": figure is not None and figure <= tolerance}
+
+
+def stalls(records: Sequence[Record], factor: float = STALL_FACTOR, floor_s: float = STALL_FLOOR_S) -> dict[str, Any]:
+    """Requests whose time to first token exceeds both `factor` times the cell's median TTFT and `floor_s`: their
+    count and each one's TTFT and delay beyond the median (the slowest LISTED_STALLS). Stalled requests stay in
+    every figure of the cell; this only reports them."""
+    ttfts = [(r.get("index"), request_times(r).ttft_s) for r in records if not failed(r)]
+    ttfts = [(i, t) for i, t in ttfts if t is not None]
+    if not ttfts:
+        return {"count": 0, "median_ttft_s": None, "threshold_s": None, "requests": []}
+    middle = median([t for _, t in ttfts])
+    threshold = max(factor * middle, floor_s)
+    found = sorted(((i, t) for i, t in ttfts if t > threshold), key=lambda it: -it[1])
+    return {"count": len(found), "median_ttft_s": middle, "threshold_s": threshold,
+            "requests": [{"index": i, "ttft_s": t, "delay_s": t - middle} for i, t in found[:LISTED_STALLS]]}
+
+
+def saturation(records: Sequence[Record]) -> dict[str, Any]:
+    """Whether every verify step of a cell accepted the same, largest number K >= 2 of tokens (all drafts accepted,
+    e.g. NGRAM on prompts its shared n-gram store has seen, or a drafter identical to the target): each request
+    took the fewest verify steps K tokens per step allow (ceil(completion / K)). K is the largest token count
+    one streamed chunk brought after the first. Such an acceptance measures the verify width, not the drafter."""
+    verified = [r for r in records if not failed(r) and r.get("spec_verify_ct") and r.get("completion_tokens")]
+    steps = sum(r["spec_verify_ct"] for r in verified)
+    per_chunk = [n for r in verified for _, n in request_times(r).arrivals[1:]]
+    k = max(per_chunk, default=0)
+    saturated = (k >= 2 and steps >= MIN_SATURATION_STEPS
+                 and all(r["spec_verify_ct"] <= math.ceil(r["completion_tokens"] / k) for r in verified))
+    reason = (f"every verify step accepted all {k} tokens (acceptance {acceptance_length(records):.2f} over "
+              f"{steps} steps): all drafts accepted, as with a workload the server has seen under NGRAM or a drafter "
+              "identical to the target; this acceptance measures the verify width, not the drafter"
+              if saturated else None)
+    return {"saturated": saturated, "tokens_per_step": k or None, "reason": reason}

@@ -45,7 +45,7 @@ def sims() -> Iterator[dict[str, Sim]]:
 
 def test_benchmark_records_and_figures(sims: dict[str, Sim], tmp_path: Path) -> None:
     settings = BenchSettings(contexts=[64, 256], concurrency=[1, 3], max_new_tokens=24, requests_per_cell=4,
-                             repeats=2, warmup_requests=2, workloads=[PROSE_EOS])
+                             min_window_s=0, repeats=2, warmup_requests=2, workloads=[PROSE_EOS])
     lines: list[str] = []
     doc = run_benchmark(sims["ok"].url, tmp_path, settings, simulated=True, progress=lines.append)
     records = storage.read_jsonl(tmp_path / "requests.jsonl")
@@ -77,7 +77,7 @@ def test_benchmark_records_and_figures(sims: dict[str, Sim], tmp_path: Path) -> 
 
 def test_failures_recorded_and_error_raised_after_files(sims: dict[str, Sim], tmp_path: Path) -> None:
     settings = BenchSettings(contexts=[64], concurrency=[2], max_new_tokens=8, requests_per_cell=10, repeats=2,
-                             warmup_requests=0, max_failure_fraction=0.1, workloads=[PROSE_EOS])
+                             min_window_s=0, warmup_requests=0, max_failure_fraction=0.1, workloads=[PROSE_EOS])
     run_benchmark(sims["bad"].url, tmp_path, settings, simulated=True)  # failed cells, not a failed benchmark
     records = storage.read_jsonl(tmp_path / "requests.jsonl")
     assert len(records) == 20  # both cells ran: a failed cell does not stop the benchmark

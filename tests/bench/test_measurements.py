@@ -33,7 +33,7 @@ def test_prompts_are_distinct_and_hold_no_humaneval_solution(tmp_path: Path) -> 
     largest = max(yaml.safe_load(CONFIG.read_text())["benchmark"]["contexts"])
     log = tmp_path / "prompts.jsonl"
     settings = BenchSettings(contexts=[128, largest], concurrency=[16], max_new_tokens=4, requests_per_cell=64,
-                             repeats=1, warmup_requests=0, workloads=[CODING])
+                             min_window_s=0, repeats=1, warmup_requests=0, workloads=[CODING])
     with closing(Sim("--sim-prompt-log", str(log), *FAST)) as sim:
         doc = run_benchmark(sim.url, tmp_path, settings, simulated=True)
     received = [json.loads(line)["text"] for line in log.read_text().splitlines()]
@@ -53,7 +53,7 @@ def test_prompts_are_distinct_and_hold_no_humaneval_solution(tmp_path: Path) -> 
 
 def test_a_stand_in_that_aborts_every_fifth_request_fails_the_cell(tmp_path: Path) -> None:
     settings = BenchSettings(contexts=[64], concurrency=[2], max_new_tokens=16, requests_per_cell=20, repeats=1,
-                             warmup_requests=0, max_failure_fraction=0.1,
+                             min_window_s=0, warmup_requests=0, max_failure_fraction=0.1,
                              workloads=[{"name": "prose", "kind": "prose", "ignore_eos": True}])
     with closing(Sim("--sim-fault", "abort-every:5", *FAST)) as sim:
         run_benchmark(sim.url, tmp_path, settings, simulated=True)
@@ -72,7 +72,7 @@ def test_a_stand_in_that_aborts_every_fifth_request_fails_the_cell(tmp_path: Pat
 
 def test_a_prompt_past_the_context_length_fails_with_the_servers_message(tmp_path: Path) -> None:
     settings = BenchSettings(contexts=[512], concurrency=[1], max_new_tokens=4, requests_per_cell=2, repeats=1,
-                             warmup_requests=0, max_failure_fraction=1.0, workloads=[CODING])
+                             min_window_s=0, warmup_requests=0, max_failure_fraction=1.0, workloads=[CODING])
     with closing(Sim("--context-length", "256", *FAST)) as sim:
         run_benchmark(sim.url, tmp_path, settings, simulated=True)
     errors = {r["error"] for r in storage.read_jsonl(tmp_path / "requests.jsonl")}
@@ -83,7 +83,7 @@ def test_a_prompt_past_the_context_length_fails_with_the_servers_message(tmp_pat
 @pytest.mark.slow
 def test_ttft_tpot_and_chunk_gaps_recomputed_from_chunks_match_cells_json(tmp_path: Path) -> None:
     settings = BenchSettings(contexts=[256], concurrency=[4], max_new_tokens=32, requests_per_cell=16, repeats=1,
-                             warmup_requests=0, workloads=[CODING])
+                             min_window_s=0, warmup_requests=0, workloads=[CODING])
     ddtree = ("--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "8", "--sim-step-ms", "20")
     with closing(Sim(*ddtree)) as sim:
         doc = run_benchmark(sim.url, tmp_path, settings, simulated=True)

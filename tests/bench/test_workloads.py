@@ -64,7 +64,7 @@ def test_prompts_of_every_workload_land_within_5_percent_as_the_server_counts(si
     workloads = [{"name": "coding", "kind": "coding"}, {"name": "prose", "kind": "prose"},
                  {"name": "traffic", "kind": "jsonl", "path": str(traffic)}]
     settings = BenchSettings(contexts=[128, 1024], concurrency=[2], max_new_tokens=8, requests_per_cell=6,
-                             repeats=1, warmup_requests=0, workloads=workloads)
+                             min_window_s=0, repeats=1, warmup_requests=0, workloads=workloads)
     doc = run_benchmark(sims["ddtree"].url, tmp_path, settings, simulated=True)
     records = storage.read_jsonl(tmp_path / "requests.jsonl")
     assert {r["workload"] for r in records} == {"coding", "prose", "traffic"}
@@ -133,7 +133,7 @@ def test_c32_cell_keeps_32_in_flight_and_the_ramp_explains_whole_vs_steady(sims,
     """Defaults (4*C requests) keep C in flight for most of the cell; the whole-cell throughput is what the
     stand-in's step-time model predicts for the measured in-flight profile, and the steady state is the C=32 rate."""
     settings = BenchSettings(contexts=[128], concurrency=[32], max_new_tokens=24, repeats=1, warmup_requests=0,
-                             workloads=[{"name": "prose", "kind": "prose", "ignore_eos": True}])
+                             min_window_s=0, workloads=[{"name": "prose", "kind": "prose", "ignore_eos": True}])
     doc = run_benchmark(sims["ar"].url, tmp_path, settings, simulated=True)
     records = [r for r in storage.read_jsonl(tmp_path / "requests.jsonl") if not r["warmup"]]
     cell = doc["cells"][0]
@@ -162,7 +162,7 @@ def test_c32_cell_keeps_32_in_flight_and_the_ramp_explains_whole_vs_steady(sims,
 
 def test_acceptance_per_workload_follows_the_stand_in_model(sims, tmp_path) -> None:
     settings = BenchSettings(contexts=[256], concurrency=[4], max_new_tokens=48, requests_per_cell=16, repeats=1,
-                             warmup_requests=0, workloads=[{"name": "coding", "kind": "coding"},
+                             min_window_s=0, warmup_requests=0, workloads=[{"name": "coding", "kind": "coding"},
                                                           {"name": "prose", "kind": "prose"}])
     doc = run_benchmark(sims["ddtree"].url, tmp_path, settings, simulated=True)
     accept = {w["name"]: w["acceptance_length"] for w in doc["workloads"]}
@@ -177,7 +177,7 @@ def test_acceptance_per_workload_follows_the_stand_in_model(sims, tmp_path) -> N
 
 def test_cell_order_is_shuffled_reproducibly_with_warmups_first_and_fixed_prompts() -> None:
     settings = BenchSettings(contexts=[128, 512], concurrency=[1, 4], requests_per_cell=None, repeats=3,
-                             warmup_requests=2, workloads=[{"name": "prose", "kind": "prose"}])
+                             min_window_s=0, warmup_requests=2, workloads=[{"name": "prose", "kind": "prose"}])
     first, again, other = plan_cells(settings, 11), plan_cells(settings, 11), plan_cells(settings, 12)
     fixed = plan_cells(BenchSettings(**{**settings.__dict__, "cell_order": "fixed"}), 11)
     key = [(c.context, c.concurrency, c.repeat, c.warmup) for c in first]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import math
 import random
 import secrets
 import threading
@@ -29,13 +30,17 @@ from urllib.parse import urlsplit
 
 from ddsweep import storage
 from ddsweep.bench import metrics
-from ddsweep.bench.records import RequestRecord, cache_check, cell_figures, group_figures, run_request
+from ddsweep.bench.closed_loop import LoopState, StopRule, run_cell, window_record
+from ddsweep.bench.records import RequestRecord, cache_check, cell_figures, group_figures
 from ddsweep.bench.transport import Transport, make_transport
 from ddsweep.bench.workloads import Prompt, PromptBuilder, Workload, WorkloadError
 from ddsweep.config.defaults import schema_default
 from ddsweep.config.plan import cell_requests
+from ddsweep.figures import median
 
 PROGRESS_INTERVAL_S = 2.0
+EXTRA_SEQUENCES = 1_000_000  # prompt numbers reserved per measured cell for what it sends beyond its planned ones
+PREBUILD_MARGIN = 1.2  # prompts built before a windowed cell: the expected rate x min_window_s x this, plus 2C
 TOKENIZE_TIMEOUT_S = 30.0
 
 
@@ -58,6 +63,12 @@ class BenchSettings:
     cell_order: str = schema_default("benchmark.cell_order")
     cell_order_seed: int | None = schema_default("benchmark.cell_order_seed")
     context_tolerance: float = schema_default("benchmark.context_tolerance")
+    min_window_s: float = schema_default("benchmark.min_window_s")
+    max_window_s: float = schema_default("benchmark.max_window_s")
+    stability_subwindows: int = schema_default("benchmark.stability_subwindows")
+    stability_tolerance: float = schema_default("benchmark.stability_tolerance")
+    stall_factor: float = schema_default("benchmark.stall_factor")
+    stall_floor_s: float = schema_default("benchmark.stall_floor_s")
 
 
 class BenchmarkError(RuntimeError):
@@ -140,59 +151,37 @@ class TokenizeClient:
             self._open.clear()
 
 
-@dataclass
-class _RunState:
-    """Mutable progress of a run, for the progress reporter."""
+class PromptSupply:
+    """A cell's prompts: the `planned` ones built before it starts, then more on demand for a windowed cell, built
+    `ahead` at a time in threads before the running requests run out of them (numbers from `extra_base` on)."""
 
-    in_flight: int = 0
-    done: int = 0
-    tokens: int = 0
-    label: str = ""
+    def __init__(self, builder: PromptBuilder, context: int, planned: list[Prompt], fixed: int, extra_base: int,
+                 ahead: int) -> None:
+        """`planned` prompts are ready; prompt i >= `fixed` (the cell's planned numbers) is sequence
+        extra_base + i - fixed."""
+        self.builder, self.context, self.extra_base, self.ahead = builder, context, extra_base, ahead
+        self.planned, self.fixed = planned, fixed
+        self.tasks: dict[int, asyncio.Future[Prompt]] = {}
+        self.given: list[Prompt] = []
 
+    def _start(self, i: int) -> None:
+        if i >= len(self.planned) and i not in self.tasks:
+            self.tasks[i] = asyncio.ensure_future(asyncio.to_thread(
+                self.builder.build, self.context, self.extra_base + i - self.fixed))
 
-async def _run_cell(transport: Transport, url: str, prompt_list: list[Prompt], records: list[RequestRecord],
-                    settings: BenchSettings, workload: Workload, concurrency: int,
-                    sink: Callable[[RequestRecord], None], state: _RunState) -> None:
-    """Run `records` (one per prompt) with at most `concurrency` in flight, closed-loop or Poisson arrivals."""
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for i in range(len(records)):
-        queue.put_nowait(i)
-    rng = random.Random(settings.seed * 1_000_003 + concurrency)
-    gate = asyncio.Lock()
-    next_send = [time.perf_counter()]
+    async def __call__(self, i: int) -> Prompt:
+        """The i-th prompt; asking near the end of what is built starts building the next `ahead`."""
+        if i + self.ahead >= len(self.planned):
+            for j in range(max(i, len(self.planned)), i + 2 * self.ahead):
+                self._start(j)
+        self.given.append(self.planned[i] if i < len(self.planned) else await self.tasks.pop(i))
+        return self.given[-1]
 
-    async def one(i: int) -> None:
-        state.in_flight += 1
-        rec = records[i]
-        try:
-            rec.prompt_source, rec.prompt_fingerprint = prompt_list[i].label, prompt_list[i].fingerprint
-            await asyncio.wait_for(run_request(transport, url, prompt_list[i].input_ids,
-                                               workload.max_new_tokens or settings.max_new_tokens, rec,
-                                               ignore_eos=workload.ignore_eos), settings.request_timeout_s)
-        except asyncio.TimeoutError:
-            rec.error = f"timeout after {settings.request_timeout_s:g} s"
-            rec.end_ts = time.time()
-            rec.e2e_s = rec.end_ts - (rec.start_ts or rec.end_ts)
-        state.in_flight -= 1
-        state.done += 1
-        state.tokens += (rec.completion_tokens or 0) if rec.ok else 0
-        sink(rec)
-
-    async def worker() -> None:
-        while True:
-            try:
-                i = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            if settings.request_rate:
-                async with gate:
-                    next_send[0] += rng.expovariate(settings.request_rate)
-                    await asyncio.sleep(max(0.0, next_send[0] - time.perf_counter()))
-            await one(i)
-
-    workers = min(concurrency, len(records))
-    await transport.warm(url + "/generate", workers)
-    await asyncio.gather(*(worker() for _ in range(workers)))
+    def cancel(self) -> None:
+        """Stop building prompts no request will use."""
+        for task in self.tasks.values():
+            task.cancel()
+        self.tasks.clear()
 
 
 @dataclass(frozen=True)
@@ -205,12 +194,13 @@ class _Cell:
     repeat: int
     warmup: bool
     sequences: tuple[int, ...]
+    extra_base: int = 0  # the first prompt number of the prompts a windowed cell sends beyond `sequences`
 
 
 def plan_cells(settings: BenchSettings, order_seed: int) -> list[_Cell]:
     """Every batch of the run in the order it runs: measured cells shuffled (when `cell_order` is random) and
     each group's warmup right before its first cell. Prompt numbers follow the unshuffled order, so the same
-    cell gets the same prompts whatever the order."""
+    cell gets the same prompts whatever the order; so do a windowed cell's further prompts (from `extra_base`)."""
     measured: list[_Cell] = []
     warmups: dict[tuple[str, int, int], _Cell] = {}
     for entry in settings.workloads:
@@ -223,7 +213,9 @@ def plan_cells(settings: BenchSettings, order_seed: int) -> list[_Cell]:
                 warmups[(workload.name, context, conc)] = _Cell(workload, context, conc, 0, True, warm)
                 n = cell_requests(conc, settings.requests_per_cell)
                 for rep in range(settings.repeats):
-                    measured.append(_Cell(workload, context, conc, rep, False, tuple(range(sequence, sequence + n))))
+                    extra = EXTRA_SEQUENCES * (1 + sum(c.workload.name == workload.name for c in measured))
+                    measured.append(_Cell(workload, context, conc, rep, False, tuple(range(sequence, sequence + n)),
+                                          extra))
                     sequence += n
     if settings.cell_order == "random":
         random.Random(order_seed).shuffle(measured)
@@ -234,6 +226,35 @@ def plan_cells(settings: BenchSettings, order_seed: int) -> list[_Cell]:
             plan.append(warm)
         plan.append(cell)
     return plan
+
+
+def stop_rule(settings: BenchSettings, cell: _Cell) -> StopRule:
+    """A cell's stopping rule: a warmup sends its requests; a measured cell runs its window (or its count when
+    `min_window_s` is 0)."""
+    if cell.warmup:
+        return StopRule(len(cell.sequences))
+    return StopRule(len(cell.sequences), settings.min_window_s, settings.max_window_s, settings.stability_subwindows,
+                    settings.stability_tolerance, settings.max_failure_fraction)
+
+
+def prebuilt_extra(rule: StopRule, rate: float | None, concurrency: int) -> int:
+    """Prompts to build before a windowed cell beyond its planned ones: what `rate` (requests/s, from the last
+    batch of the same cell) sends in the minimum window, with a margin; the rest are built while it runs."""
+    if rule.counted or not rate:
+        return 0
+    expected = math.ceil(rate * rule.min_window_s * PREBUILD_MARGIN) + 2 * concurrency
+    return max(0, min(expected, math.ceil(rate * rule.max_window_s)) - rule.min_requests)
+
+
+def _numbers(cell: _Cell, count: int) -> list[int]:
+    """The prompt numbers of a cell's first `count` prompts."""
+    return [*cell.sequences, *range(cell.extra_base, cell.extra_base + count - len(cell.sequences))]
+
+
+def _request_rate(records: list[RequestRecord], concurrency: int) -> float | None:
+    """Requests per second a cell's requests suggest for the next cell like it (C over their median duration)."""
+    e2e = [r.e2e_s for r in records if r.ok and r.e2e_s]
+    return concurrency / median(e2e) if e2e else None
 
 
 async def run_benchmark_async(url: str, requests_path: Path, cells_path: Path, settings: BenchSettings, simulated: bool,
@@ -277,7 +298,8 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
                       handle: Any, tokenizer: TokenizeClient, transport: Transport,
                       progress: Callable[[str], None]) -> None:
     simulated = doc["simulated"]
-    state = _RunState()
+    state = LoopState()
+    rates: dict[tuple[str, int, int], float | None] = {}
     finished: list[RequestRecord] = []
     builders: dict[str, PromptBuilder] = {}
 
@@ -307,27 +329,43 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
                     builders[workload.name] = await asyncio.to_thread(PromptBuilder, workload, tokenizer,
                                                                       settings.seed)
                 builder = builders[workload.name]
+                rule = stop_rule(settings, cell)
+                count = len(cell.sequences) + prebuilt_extra(rule, rates.get((workload.name, context, conc)), conc)
                 # Concurrent /tokenize round trips (a prompt depends only on its number, not on the others).
                 texts = list(await asyncio.gather(*(asyncio.to_thread(builder.build, context, seq)
-                                                    for seq in cell.sequences)))
+                                                    for seq in _numbers(cell, count))))
             except WorkloadError as exc:
                 raise BenchmarkError(f"cells of {where}: {exc}") from exc
             except (TokenizeError, KeyError) as exc:
                 raise BenchmarkError(f"could not count prompt tokens with {url}/tokenize for the cells of {where}: "
                                      f"{type(exc).__name__}: {exc}") from exc
-            recs = [RequestRecord(context, conc, cell.repeat, i, cell.warmup, workload=workload.name,
-                                  simulated=simulated) for i in range(len(texts))]
+            supply = PromptSupply(builder, context, texts, len(cell.sequences), cell.extra_base, conc)
             state.label = f"{workload.name} ctx={context} C={conc} " + (
                 "warmup" if cell.warmup else f"repeat {cell.repeat}")
             state.done = 0
+            recs: list[RequestRecord] = []
             try:
-                await _run_cell(transport, url, texts, recs, settings, workload, conc, finished.append, state)
+                recs, stopped_by = await run_cell(
+                    transport, url, supply, lambda i, cell=cell: RequestRecord(
+                        cell.context, cell.concurrency, cell.repeat, i, cell.warmup, workload=cell.workload.name,
+                        simulated=simulated),
+                    rule, conc, workload, workload.max_new_tokens or settings.max_new_tokens,
+                    settings.request_timeout_s, settings.request_rate, settings.seed * 1_000_003 + conc,
+                    finished.append, state)
+            except WorkloadError as exc:
+                raise BenchmarkError(f"cells of {where}: {exc}") from exc
+            except (TokenizeError, KeyError) as exc:
+                raise BenchmarkError(f"could not count prompt tokens with {url}/tokenize for the cells of {where}: "
+                                     f"{type(exc).__name__}: {exc}") from exc
             finally:
+                supply.cancel()
                 flush()
+            rates[(workload.name, context, conc)] = _request_rate(recs, conc)
             if cell.warmup:
                 continue
-            figures = cell_figures(recs)
-            figures.update(cache_check(recs, [p.input_ids for p in texts]))
+            figures = cell_figures(recs, settings.stall_factor, settings.stall_floor_s)
+            figures.update(cache_check(recs, [p.input_ids for p in supply.given]),
+                           window=window_record(recs, rule, stopped_by))
             verify = [r for r in recs if r.ok and r.spec_verify_ct]
             doc["cells"].append({"workload": workload.name, "context": context, "concurrency": conc,
                                  "repeat": cell.repeat, "ignore_eos": workload.ignore_eos, **figures,

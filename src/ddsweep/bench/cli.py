@@ -49,6 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeout", type=float,
                         default=BenchSettings.request_timeout_s, help="per-request timeout in seconds")
     parser.add_argument("--max-failure-fraction", type=float, default=BenchSettings.max_failure_fraction)
+    parser.add_argument("--min-window-s", type=float, default=BenchSettings.min_window_s,
+                        help="least steady-state seconds per cell (0: exactly --requests requests)")
+    parser.add_argument("--max-window-s", type=float, default=BenchSettings.max_window_s,
+                        help="cap of a cell's window; an unsettled cell is then recorded as unstable")
     parser.add_argument("--http-client", choices=HTTP_CLIENTS, default=BenchSettings.http_client)
     parser.set_defaults(func=main)
 
@@ -83,6 +87,7 @@ def main(args: argparse.Namespace) -> int:
                              requests_per_cell=args.requests, repeats=args.repeats, warmup_requests=args.warmup,
                              max_failure_fraction=args.max_failure_fraction, request_timeout_s=args.timeout,
                              seed=args.seed, request_rate=args.request_rate, http_client=args.http_client,
+                             min_window_s=args.min_window_s, max_window_s=args.max_window_s,
                              **({"workloads": args.workloads} if args.workloads else {}))
     out: Path = args.out
     requests_path = out.parent / f"{out.stem}.requests.jsonl"

@@ -126,6 +126,12 @@ def cell_share(concurrency: int, requests: int | None, full: int | None) -> floa
         cell_requests(concurrency, full) / concurrency)
 
 
+def cell_minutes(est: dict, bench: dict) -> float:
+    """Minutes of one measured cell: `resources.estimate.cell_min`, but never less than the cell's minimum
+    steady-state window (`benchmark.min_window_s`), which every measured cell runs."""
+    return max(est["cell_min"], bench.get("min_window_s", 0) / 60)
+
+
 def estimate_minutes(config: dict, n_points: int) -> dict[str, float]:
     """GPU-time estimate for `n_points` points from the configured startup and per-cell times: one start-up per
     server launch (`sweep.launches` per grid point)."""
@@ -134,9 +140,11 @@ def estimate_minutes(config: dict, n_points: int) -> dict[str, float]:
     cells = len(benchmark_cells(bench)) * bench["repeats"]
     coding = est["coding_min"] if config["coding_eval"]["enabled"] else 0.0
     launches = grid_launches(config)
-    per_point = est["startup_min"] * launches + cells * est["cell_min"] + coding
+    per_point = est["startup_min"] * launches + cells * cell_minutes(est, bench) + coding
     gpus = config["resources"]["gpus"]
-    return {"per_point_min": per_point, "total_min": per_point * n_points,
+    return {"per_point_min": per_point, "total_min": per_point * n_points, "cell_min": cell_minutes(est, bench),
+            "worst_per_point_min": per_point + cells * max(0.0, bench.get("max_window_s", 0) / 60
+                                                           - cell_minutes(est, bench)),
             "gpu_hours": per_point * n_points * gpus / 60, "cells_per_point": cells,
             "launches_per_point": launches, "startups": launches * n_points,
             "extra_startup_min": est["startup_min"] * (launches - 1) * n_points}
@@ -172,7 +180,7 @@ def reference_estimate(config: dict, on_slurm: bool, jobs: int) -> dict[str, Any
         return {"enabled": False, "point": None, "runs": 0, "total_min": 0.0, "gpu_hours": 0.0}
     est = config["resources"]["estimate"]
     bench = reference_benchmark(config)
-    per_run = est["startup_min"] + len(benchmark_cells(bench)) * bench["repeats"] * est["cell_min"]
+    per_run = est["startup_min"] + len(benchmark_cells(bench)) * bench["repeats"] * cell_minutes(est, bench)
     hosts, source = expected_hosts(config, jobs)
     runs = hosts if reference_enabled(config, on_slurm) else 0
     return {"enabled": reference_enabled(config, on_slurm), "configured": config["sweep"]["reference"]["enabled"],
@@ -261,8 +269,12 @@ def format_plan(config: dict, strategy_lines: Sequence[str] = (), on_slurm: bool
             lines.append(f"preset {preset}: no verify entry checks {', '.join(knobs)} (unverified knobs)")
     gpus = config["resources"]["gpus"]
     every, runs = document["estimate"]["all_points"], document["estimate"]["running_points"]
-    lines += [f"{every['cells_per_point']} benchmark cells per point; estimated {every['per_point_min']:.0f} min "
-              f"per point at {gpus} GPUs per point",
+    bench = config["benchmark"]
+    lines += [f"{every['cells_per_point']} benchmark cells per point of {every['cell_min']:.2g} min each (at least "
+              f"benchmark.min_window_s = {bench.get('min_window_s', 0):g} s of steady state; up to "
+              f"benchmark.max_window_s = {bench.get('max_window_s', 0):g} s for a cell that does not settle); "
+              f"estimated {every['per_point_min']:.0f} min per point at {gpus} GPUs per point, "
+              f"{every['worst_per_point_min']:.0f} min if no cell settled",
               f"every point: {every['total_min'] / 60:.1f} h of jobs = {every['gpu_hours']:.0f} GPU-hours",
               f"what will run: {runs['total_min'] / 60:.1f} h of jobs = {runs['gpu_hours']:.0f} GPU-hours"]
     if not strategy_lines:

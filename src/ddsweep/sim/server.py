@@ -46,7 +46,8 @@ from ddsweep.sim.records import GenRequest, SimSettings
 CONTEXT_LENGTH = 262144
 FAULT_KINDS = ("exit-during-startup", "never-healthy", "crash-after", "hang", "error-rate", "malformed-rate",
                "cut-stream-rate", "ignore-sigterm", "slow-shutdown", "spawn-child", "ignore-knob", "lossy",
-               "refuse-flags", "never-healthy-first", "abort-every", "engine-exception")
+               "refuse-flags", "never-healthy-first", "abort-every", "engine-exception", "stall-every", "drift")
+STALL_S = 1.0  # default first-token stall of `stall-every:N[,SECONDS]`
 # SGLang 0.5.23's message when it aborts a decoding request it cannot keep (managers/schedule_batch.py).
 ABORT_MESSAGE = "Retracted under decode memory pressure without a KV backup. Retry later."
 ABORT_STATUS = 503
@@ -83,6 +84,7 @@ class SimServer(OpenAIEndpoints):
         self.total_verify = 0
         self.generate_count = 0
         self.step_count = 0
+        self._drift_t0: float | None = None
         self._ids = itertools.count(1)
         self._rendered: dict[int, str] = {}
         self._fault_rngs = {k: random.Random(stable_hash("fault", k, settings.seed))
@@ -173,7 +175,7 @@ class SimServer(OpenAIEndpoints):
             pending = [r for r in self.waiting if not r.cancelled]
             room = max(0, self.max_running - len(batch))
             new, self.waiting = pending[:room], pending[room:]
-            dt = step_time_s(params, knobs, len(batch))
+            dt = step_time_s(params, knobs, len(batch)) * self._drift()
             if new:
                 dt += sum(prefill_time_s(params, r.prompt_tokens) for r in new)
                 if not batch:
@@ -502,8 +504,25 @@ class SimServer(OpenAIEndpoints):
 
             for g in gens:
                 g.on_done = done
+        stall = self.s.fault("stall-every")
+        every_n, _, seconds = (stall.arg or "1").partition(",") if stall else ("", "", "")
+        if stall and self.generate_count % max(1, int(every_n)) == 0:  # held back before the scheduler sees it
+            delay = float(seconds or STALL_S)
+            log(f"Holding generate request {self.generate_count} for {delay:g} s [simulated fault stall-every]")
+            asyncio.get_running_loop().call_later(delay, lambda: [self._submit(g) for g in gens])
+            return
         for g in gens:
             self._submit(g)
+
+    def _drift(self) -> float:
+        """The step-time factor of `drift:RATE`: 1 + RATE per second since the first decode step (a server
+        that slows down steadily, so a cell never settles)."""
+        drift = self.s.fault("drift")
+        if not drift:
+            return 1.0
+        if self._drift_t0 is None:
+            self._drift_t0 = time.monotonic()
+        return 1.0 + float(drift.arg or 0.5) * (time.monotonic() - self._drift_t0)
 
     def _log_prompts(self, prompts: list) -> None:
         """Append what the model received to the prompt log (--sim-prompt-log), for tests that audit prompts."""

@@ -1,0 +1,191 @@
+"""One cell's load: C requests in flight (a new one as soon as one finishes), or Poisson arrivals, until the cell's
+stopping rule holds.
+
+A counted cell (a warmup, or `min_window_s` 0) sends exactly its planned requests. A windowed cell keeps sending
+until it has at least `min_requests` completed requests and a steady-state window (from the moment C requests
+are first in flight) of at least `min_window_s` whose sub-windows agree on output throughput within the stability
+tolerance; a cell that does not settle stops at `max_window_s` and is recorded as unstable. The in-flight requests
+are then allowed to finish, so the window ends where ddsweep.figures' steady state ends. The stopping check is an
+approximation on 50 ms bins (figures.stability recomputes the recorded figures from the raw records). A windowed
+cell also stops early once more than `max_failure_fraction` of at least `min_requests` requests failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddsweep import figures
+from ddsweep.bench.records import RequestRecord, run_request
+from ddsweep.bench.transport import Transport
+from ddsweep.bench.workloads import Prompt, Workload
+
+BIN_S = 0.05
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When a cell stops sending: `min_window_s` 0 means after exactly `min_requests` requests."""
+
+    min_requests: int
+    min_window_s: float = 0.0
+    max_window_s: float = 0.0
+    subwindows: int = figures.STABILITY_SUBWINDOWS
+    tolerance: float = figures.STABILITY_TOLERANCE
+    max_failure_fraction: float = 1.0
+
+    @property
+    def counted(self) -> bool:
+        """Whether the cell is a fixed number of requests."""
+        return self.min_window_s <= 0
+
+
+@dataclass
+class LoopState:
+    """Mutable progress of a run, for the progress reporter."""
+
+    in_flight: int = 0
+    done: int = 0
+    tokens: int = 0
+    label: str = ""
+
+
+@dataclass
+class _Watch:
+    """What the stopping check knows of a running windowed cell: token arrivals in BIN_S bins (completed requests),
+    the in-flight records, and when C requests were first in flight."""
+
+    origin: float
+    bins: dict[int, int] = field(default_factory=dict)
+    running: set[int] = field(default_factory=set)
+    window_start: float | None = None
+    completed: int = 0
+    failed: int = 0
+    stopped_by: str | None = None
+
+    def add(self, record: RequestRecord, bins: dict[int, int]) -> None:
+        """Count a record's token arrivals into `bins`."""
+        if record.start_ts is None:
+            return
+        for t, n in figures.request_times(vars(record)).arrivals:
+            key = int((record.start_ts + t - self.origin) / BIN_S)
+            bins[key] = bins.get(key, 0) + n
+
+    def spread(self, records: list[RequestRecord], now: float, parts: int) -> float | None:
+        """Throughput spread of `parts` sub-windows of [window_start, now], in-flight tokens included."""
+        assert self.window_start is not None
+        bins = dict(self.bins)
+        for i in self.running:
+            self.add(records[i], bins)
+        first = int((self.window_start - self.origin) / BIN_S)
+        last = int((now - self.origin) / BIN_S)
+        edges = [first + round((last - first) * k / parts) for k in range(parts + 1)]
+        values = [sum(bins.get(b, 0) for b in range(lo, hi)) / max(BIN_S, (hi - lo) * BIN_S)
+                  for lo, hi in zip(edges, edges[1:], strict=False)]
+        return figures.spread(values)
+
+
+def _decide(watch: _Watch, rule: StopRule, records: list[RequestRecord], now: float, started: float) -> str | None:
+    """Why a windowed cell stops now (stable, cap, failures), or None to go on."""
+    if watch.completed + watch.failed >= rule.min_requests and watch.failed > rule.max_failure_fraction * (
+            watch.completed + watch.failed):
+        return "failures"
+    if watch.window_start is None:
+        return "cap" if now - started >= rule.max_window_s else None
+    elapsed = now - watch.window_start
+    if watch.completed < rule.min_requests or elapsed < rule.min_window_s:
+        return "cap" if now - started >= rule.max_window_s + rule.min_window_s else None
+    figure = watch.spread(records, now, rule.subwindows)
+    if figure is not None and figure <= rule.tolerance:
+        return "stable"
+    return "cap" if elapsed >= rule.max_window_s else None
+
+
+async def run_cell(transport: Transport, url: str, prompt: Callable[[int], Awaitable[Prompt]],
+                   make_record: Callable[[int], RequestRecord], rule: StopRule, concurrency: int,
+                   workload: Workload, max_new_tokens: int, timeout_s: float, request_rate: float | None, seed: int,
+                   sink: Callable[[RequestRecord], None], state: LoopState) -> tuple[list[RequestRecord], str]:
+    """Run one cell; returns its records (in send order) and why it stopped: `count` (a counted cell), `stable`,
+    `cap` (max_window_s reached unsettled) or `failures`. `prompt(i)` gives the i-th prompt of the cell."""
+    records: list[RequestRecord] = []
+    rng = random.Random(seed)
+    gate = asyncio.Lock()
+    next_send = [time.perf_counter()]
+    started = time.time()
+    watch = _Watch(origin=started)
+    stop = asyncio.Event()
+
+    async def one(i: int) -> None:
+        rec = records[i]
+        source = await prompt(i)
+        state.in_flight += 1
+        watch.running.add(i)
+        if watch.window_start is None and state.in_flight >= concurrency:
+            watch.window_start = time.time()
+        try:
+            rec.prompt_source, rec.prompt_fingerprint = source.label, source.fingerprint
+            await asyncio.wait_for(run_request(transport, url, source.input_ids, max_new_tokens, rec,
+                                               ignore_eos=workload.ignore_eos), timeout_s)
+        except asyncio.TimeoutError:
+            rec.error = f"timeout after {timeout_s:g} s"
+            rec.end_ts = time.time()
+            rec.e2e_s = rec.end_ts - (rec.start_ts or rec.end_ts)
+        state.in_flight -= 1
+        state.done += 1
+        watch.running.discard(i)
+        if rec.ok:
+            state.tokens += rec.completion_tokens or 0
+            watch.completed += 1
+            watch.add(rec, watch.bins)
+        else:
+            watch.failed += 1
+        sink(rec)
+
+    def take() -> int | None:
+        """The next request number, or None when the cell sends no more."""
+        if stop.is_set() or (rule.counted and len(records) >= rule.min_requests):
+            return None
+        records.append(make_record(len(records)))
+        return len(records) - 1
+
+    async def worker() -> None:
+        while (i := take()) is not None:
+            if request_rate:
+                async with gate:
+                    next_send[0] += rng.expovariate(request_rate)
+                    await asyncio.sleep(max(0.0, next_send[0] - time.perf_counter()))
+            await one(i)
+
+    async def monitor() -> None:
+        interval = max(0.1, min(1.0, rule.min_window_s / 20))
+        while not stop.is_set():
+            await asyncio.sleep(interval)
+            watch.stopped_by = _decide(watch, rule, records, time.time(), started)
+            if watch.stopped_by:
+                stop.set()
+
+    workers = concurrency if not rule.counted else min(concurrency, rule.min_requests)
+    await transport.warm(url + "/generate", workers)
+    checker = None if rule.counted else asyncio.get_running_loop().create_task(monitor())
+    try:
+        await asyncio.gather(*(worker() for _ in range(workers)))
+    finally:
+        if checker is not None:
+            checker.cancel()
+    return records, "count" if rule.counted else (watch.stopped_by or "cap")
+
+
+def window_record(records: list[RequestRecord], rule: StopRule, stopped_by: str) -> dict[str, Any]:
+    """What a cell records of its window: the steady-state window, the requests measured in it, the sub-window
+    agreement and why the cell stopped (docs/results-schema.md, `window`)."""
+    rows = [vars(r) for r in records]
+    steady = figures.steady_state(rows)
+    settled = figures.stability(rows, rule.subwindows, rule.tolerance)
+    return {"start_ts": steady["start_ts"], "end_ts": steady["end_ts"], "duration_s": steady["duration_s"],
+            "requests_measured": steady["completed"], "requests_sent": len(records),
+            "min_window_s": rule.min_window_s, "max_window_s": rule.max_window_s, "stopped_by": stopped_by,
+            **settled}

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddsweep.analysis.regimes import ResolvedRegime
 from ddsweep.analysis.results import PointRecord, same_knob, window_label
+from ddsweep.analysis.text import interval_meaningful, no_interval
 
 if TYPE_CHECKING:
     from ddsweep.analysis.decisions import Decisions
@@ -88,8 +89,8 @@ def chain_section(decisions: Decisions) -> dict[str, Any] | None:
 
     def ratio_text(row: dict[str, Any]) -> str:
         r = row["ratio"]
-        if r["ci_low"] is None:
-            return f"{r['value']:.2f}× (no interval)"
+        if not interval_meaningful(r["value"], r["ci_low"], r["ci_high"], r.get("n")):
+            return f"{r['value']:.2f}× ({no_interval(r.get('n'))})"
         return f"{r['value']:.2f}× ({r['level'] * 100:.3g}% CI {r['ci_low']:.2f}–{r['ci_high']:.2f})"
 
     table = [[f"{row['regime']} ({row['metric']} at {row['cell_text']})",

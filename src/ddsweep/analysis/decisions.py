@@ -22,6 +22,7 @@ from ddsweep.analysis.results import ResultSet, ar_point_id
 from ddsweep.analysis.settings import DEFAULT_REGIMES, Priority, Settings
 from ddsweep.analysis.statistics import Estimate, combined_difference, holm, holm_levels, mean_interval
 from ddsweep.analysis.tables import LosslessResult, coding_stats, lossless_vs_ar
+from ddsweep.analysis.text import interval_meaningful, no_interval
 from ddsweep.analysis.ties import cheapest_unbeaten
 
 # Limits a priority's `slo` may carry: the per-repeat cell column and the per-request field each bounds.
@@ -338,8 +339,8 @@ def _tradeoffs(picks: list[PriorityPick], by_name: dict[str, ResolvedRegime], s:
 
 def ratio_text(est: Estimate) -> str:
     """'1.42× (95% CI 1.37–1.47)' for a ratio estimate (> 1: better)."""
-    if not est.has_interval:
-        return f"{est.value:.2f}× (no interval: fewer than two repeats)"
+    if not interval_meaningful(est.value, est.low if est.has_interval else None, est.high, est.n):
+        return f"{est.value:.2f}× ({no_interval(est.n)})"
     return f"{est.value:.2f}× ({est.level:.0%} CI {est.low:.2f}–{est.high:.2f})"
 
 

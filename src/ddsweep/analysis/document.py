@@ -24,6 +24,7 @@ from ddsweep.analysis.operations import failed_points_caveat, mixed_hosts_caveat
 from ddsweep.analysis.regimes import ResolvedRegime
 from ddsweep.analysis.results import KNOBS, METRIC_LABELS, ar_point_id, window_label
 from ddsweep.analysis.statistics import Estimate
+from ddsweep.analysis.text import interval_meaningful, no_interval
 
 SCHEMA_VERSION = 2
 METHOD = ("mean of per-repeat figures with a Student-t interval (repeats are the independent units, or the server "
@@ -415,8 +416,8 @@ def figure_text(metric: str, fig: dict[str, Any] | None, level: float) -> str:
     """'160.0 tok/s (95% CI 156.8–163.2, 3 repeats)'."""
     if not fig or fig.get("value") is None:
         return "n/a"
-    if fig.get("ci_low") is None:
-        return f"{fmt(metric, fig['value'])} (no interval: {fig.get('n', 0)} repeat)"
+    if not interval_meaningful(fig["value"], fig.get("ci_low"), fig.get("ci_high"), fig.get("n")):
+        return f"{fmt(metric, fig['value'])} ({no_interval(fig.get('n'))})"
     low, high = fmt(metric, fig["ci_low"]).split(" ")[0], fmt(metric, fig["ci_high"]).split(" ")[0]
     return f"{fmt(metric, fig['value'])} ({level:.0%} CI {low}–{high})"
 

@@ -13,6 +13,7 @@ from ddsweep.analysis.launch import launch_of
 from ddsweep.analysis.regimes import ResolvedRegime
 from ddsweep.analysis.results import ar_point_id
 from ddsweep.analysis.statistics import Estimate
+from ddsweep.analysis.text import interval_meaningful, no_interval
 from ddsweep.analysis.ties import RULE, point_cost
 
 CHAIN_KIND = "dflash"
@@ -144,11 +145,12 @@ def decision_block(d: Decisions, load: dict[str, Any] | None = None) -> dict[str
 
 
 def ratio_dict_text(est: dict[str, Any] | None) -> str:
-    """'2.41× (95% CI 2.30–2.52)'."""
+    """'2.41× (95% CI 2.30–2.52)'; without an interval that means something (analysis/text.py), 'n = 2; more
+    repeats or launches are needed for an interval'."""
     if not est or est.get("value") is None:
         return "n/a"
-    if est.get("ci_low") is None:
-        return f"{est['value']:.2f}× (no interval)"
+    if not interval_meaningful(est["value"], est.get("ci_low"), est.get("ci_high"), est.get("n")):
+        return f"{est['value']:.2f}× ({no_interval(est.get('n'))})"
     return f"{est['value']:.2f}× ({est['level'] * 100:.3g}% CI {est['ci_low']:.2f}–{est['ci_high']:.2f})"
 
 

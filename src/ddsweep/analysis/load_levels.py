@@ -10,6 +10,7 @@ from typing import Any
 from ddsweep.analysis.decisions import Decisions, ratio_text, regime_outcome
 from ddsweep.analysis.regimes import Regime, resolve_regime
 from ddsweep.analysis.results import ResultSet, ar_point_id
+from ddsweep.analysis.text import interval_meaningful, no_interval
 from ddsweep.analysis.ties import RULE, cheapest
 
 METRIC = "output_throughput_tok_s"
@@ -53,8 +54,12 @@ def load_levels(d: Decisions) -> dict[str, Any]:
             "figure": ({"value": fig["mean"], "ci_low": fig["ci_low"], "ci_high": fig["ci_high"],
                         "n": fig["repeats"], "level": level} if fig else None),
             "vs_ar": vs_ar.as_dict() if vs_ar else None})
-        figure = (f"{fig['mean']:.1f} tok/s ({level:.0%} CI {fig['ci_low']:.1f}–{fig['ci_high']:.1f})"
-                  if fig else "n/a")
+        if not fig:
+            figure = "n/a"
+        elif interval_meaningful(fig["mean"], fig["ci_low"], fig["ci_high"], fig["repeats"]):
+            figure = f"{fig['mean']:.1f} tok/s ({level:.0%} CI {fig['ci_low']:.1f}–{fig['ci_high']:.1f})"
+        else:
+            figure = f"{fig['mean']:.1f} tok/s ({no_interval(fig['repeats'])})"
         others = ", ".join(f"`{m}`" for m in members if m != recommended) or "—"
         rows.append([concurrency, f"`{recommended}`" if recommended else "no data", status, figure,
                      ratio_text(vs_ar) if vs_ar else "—", others])

@@ -1,0 +1,41 @@
+"""No interval printed that means nothing: from fewer than three samples, or wider than the figure itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from decision_checks import first_section
+from resultsets import drafter_bound_set, write_results
+
+from ddsweep.analysis.first_screen import ratio_dict_text
+from ddsweep.analysis.summarize import summarize
+from ddsweep.analysis.text import interval_meaningful, no_interval
+
+
+def test_an_interval_needs_three_samples_and_a_width_below_the_figure() -> None:
+    assert interval_meaningful(2.0, 1.9, 2.1, 3)
+    assert not interval_meaningful(2.0, 1.9, 2.1, 2)
+    assert not interval_meaningful(1.2, 0.0, 34565.0, 5)  # wider than the figure
+    assert not interval_meaningful(2.0, None, None, 1)
+    assert no_interval(2, ["710", "760"]) == "n = 2: 710–760; more repeats or launches are needed for an interval"
+    assert ratio_dict_text({"value": 1.5, "ci_low": 0.0, "ci_high": 34565.0, "n": 2, "level": 0.95}) == (
+        "1.50× (n = 2; more repeats or launches are needed for an interval)")
+    assert ratio_dict_text({"value": 1.5, "ci_low": 1.4, "ci_high": 1.6, "n": 3, "level": 0.95}) == (
+        "1.50× (95% CI 1.40–1.60)")
+
+
+@pytest.mark.slow
+def test_a_study_with_two_repeats_prints_no_interval_on_its_first_screen(tmp_path: Path) -> None:
+    spec = drafter_bound_set()
+    results = write_results(spec, tmp_path)
+    for path in (results / "points").glob("*/bench/cells.json"):
+        doc = json.loads(path.read_text())
+        doc["cells"] = [c for c in doc["cells"] if c["repeat"] < 2]
+        path.write_text(json.dumps(doc))
+    config = {**spec.config, "analysis": {**spec.config.get("analysis", {}), "min_repeats_for_decision": 2}}
+    markdown = summarize(results, tmp_path / "reports", config).summary_path.read_text()
+    screen = "\n".join(first_section(markdown))
+    assert "× (n = 2; more repeats or launches are needed for an interval)" in screen
+    assert "CI" not in screen

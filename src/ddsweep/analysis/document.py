@@ -21,6 +21,7 @@ from ddsweep.analysis.first_screen import decision_block
 from ddsweep.analysis.load_levels import load_levels
 from ddsweep.analysis.measurement import verification_caveats, workload_caveats
 from ddsweep.analysis.operations import failed_points_caveat, mixed_hosts_caveat
+from ddsweep.analysis.quality import measurement_caveat
 from ddsweep.analysis.regimes import ResolvedRegime
 from ddsweep.analysis.results import KNOBS, METRIC_LABELS, ar_point_id, window_label
 from ddsweep.analysis.statistics import Estimate
@@ -167,6 +168,9 @@ def _caveats(d: Decisions) -> list[dict[str, Any]]:
     drift = drift_caveat(results, [o.resolved for o in d.regimes], s.equivalence_margin, s.confidence)
     if drift:
         out.append(drift)
+    measured = measurement_caveat(results.cells)
+    if measured:
+        out.append(measured)
     reference = reference_caveat(d.reference, s.regimes, s.equivalence_margin, s.confidence)
     if reference:
         out.append(reference)

@@ -10,6 +10,7 @@ from typing import Any
 
 from ddsweep.analysis.decisions import Decisions, PriorityPick
 from ddsweep.analysis.launch import launch_of
+from ddsweep.analysis.quality import quality_caveats
 from ddsweep.analysis.regimes import ResolvedRegime
 from ddsweep.analysis.results import ar_point_id
 from ddsweep.analysis.statistics import Estimate
@@ -116,6 +117,7 @@ def _caveats(d: Decisions, picks: list[dict[str, Any]]) -> list[dict[str, str]]:
         out.append({"kind": "failed_points", "text": (
             f"{len(bad)} of {len(results.points)} points did not complete or lost cells ({names}): a point "
             "missing from a regime could have been the best there; see *Failed, malformed and incomplete points*.")})
+    out += quality_caveats(d, picks)
     unverified = sorted({(str(e.get("knob")), p.point_id) for p in results.points if p.point_id in chosen
                          for e in p.unverified})
     if unverified:

@@ -76,7 +76,16 @@ def repeat_figures(records: list[dict[str, Any]]) -> dict[str, Any]:
         "acceptance_length": _nan(figures.acceptance_length(records)),
         "cached_share": _nan(figures.cached_share(records)),
         "distinct_prompts": len(fingerprints) if fingerprints else None, "source": "requests.jsonl",
+        **quality(figures.stability(records), figures.stalls(records), figures.saturation(records)),
     }
+
+
+def quality(stability: dict[str, Any], stalls: dict[str, Any], saturation: dict[str, Any]) -> dict[str, Any]:
+    """How far a cell can be trusted (ddsweep.figures at its default settings): whether its sub-windows agree,
+    its first-token stalls and the slowest one, whether its acceptance is saturated."""
+    worst = max((s["ttft_s"] for s in stalls.get("requests") or []), default=None)
+    return {"subwindow_spread": _nan(_num(stability.get("spread"))), "stable": stability.get("stable"),
+            "stalls": stalls.get("count"), "worst_stall_s": _nan(worst), "saturated": saturation.get("saturated")}
 
 
 def figures_from_requests(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -129,5 +138,6 @@ def figures_from_cells_document(cells: dict[str, Any]) -> list[dict[str, Any]]:
             "e2e_p99_s": sub(cell, "e2e_s", "p99"), "acceptance_length": num(cell.get("acceptance_length")),
             "cached_share": num(cell.get("cached_share")), "distinct_prompts": cell.get("distinct_prompts"),
             "source": "cells.json",
+            **quality(cell.get("window") or {}, cell.get("stalls") or {}, cell.get("saturation") or {}),
         })
     return rows

@@ -58,6 +58,7 @@ CELL_COLUMNS: tuple[str, ...] = (
     "decode_tok_s_median", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
     "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "chunk_gap_p50_s", "token_gap_p50_s", "e2e_p50_s", "e2e_p99_s",
     "acceptance_length", "cached_share", "distinct_prompts", "source", "simulated", "launch",
+    "subwindow_spread", "stable", "stalls", "worst_stall_s", "saturated",
 )
 GROUP_COLUMNS: tuple[str, ...] = (
     "point_id", "kind", *KNOBS, "context", "concurrency", "metric", "mean", "ci_low", "ci_high", "repeats",

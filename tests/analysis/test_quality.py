@@ -28,7 +28,7 @@ def test_the_caveat_lists_every_flagged_cell_and_none_without_flags() -> None:
     cells = pd.DataFrame([_row(0, False, True, 2), _row(1, None, None, None), _row(0, True, point="ar")])
     caveat = measurement_caveat(cells)
     assert caveat is not None and caveat["items"] == [
-        "`ngram-d16` context 512, C=8, repeat 0: unstable, sub-window throughput 42% apart",
+        "`ngram-d16` context 512, C=8, repeat 0: unstable, sub-window throughput 42.0% apart",
         "`ngram-d16` context 512, C=8, repeat 0: saturated acceptance 16.00 (all drafts accepted)",
         "`ngram-d16` context 512, C=8, repeat 0: 2 first-token stall(s), slowest 0.62 s"]
     assert measurement_caveat(pd.DataFrame([_row(0, True, point="ar")])) is None

@@ -44,7 +44,7 @@ def quality_caveats(d: Decisions, picks: list[dict[str, Any]]) -> list[dict[str,
             where = f"`{pid}` at {r.cell()} ({pick['priority']})"
             if flags["unstable"]:
                 unstable.append(f"{where}: {flags['unstable']} of {flags['repeats']} repeats, sub-windows up to "
-                                f"{flags['spread']:.0%} apart")
+                                f"{flags['spread']:.1%} apart")
             if flags["saturated"]:
                 saturated.append(where)
             if flags["stalls"]:
@@ -72,7 +72,7 @@ def measurement_caveat(cells: pd.DataFrame) -> dict[str, Any] | None:
     for _, row in cells.sort_values(["point_id", "context", "concurrency", "repeat"]).iterrows():
         where = f"`{row['point_id']}` context {row['context']}, C={row['concurrency']}, repeat {row['repeat']}"
         if _flag(row["stable"]) is False:
-            items.append(f"{where}: unstable, sub-window throughput {row['subwindow_spread']:.0%} apart")
+            items.append(f"{where}: unstable, sub-window throughput {row['subwindow_spread']:.1%} apart")
         if _flag(row["saturated"]):
             items.append(f"{where}: saturated acceptance {row['acceptance_length']:.2f} (all drafts accepted)")
         if _flag(row["stalls"]):

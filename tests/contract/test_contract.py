@@ -107,7 +107,7 @@ def test_prompts_land_within_five_percent_of_every_target_as_counted_by_the_serv
     from ddsweep.bench.cells import BenchSettings, run_benchmark
 
     settings = BenchSettings(contexts=[128, 1024, 4096], concurrency=[2], max_new_tokens=8, requests_per_cell=3,
-                             min_window_s=0, repeats=1, warmup_requests=0)
+                             repeats=1, warmup_requests=0)
     doc = run_benchmark(strict.url, tmp_path, settings, simulated=True)
     rows = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
     assert len(rows) == 9 and all(r["error"] is None for r in rows)

@@ -148,7 +148,7 @@ def test_a_new_confirmation_benchmark_reruns_every_launch_and_unsettled_picks_se
     for pid in race["survivors"]:
         cells = json.loads((adaptive_run / "results" / "points" / pid / "bench" / "cells.json").read_text())["cells"]
         assert {0, 1, 2} <= {c["repeat"] for c in cells}, pid
-        assert all(c["requests"] == max(6, c["concurrency"]) for c in cells), pid  # at least C per cell
+        assert all(c["requests"] >= max(6, c["concurrency"]) for c in cells), pid  # at least C per cell
     # The settling launch measures the regime cells only, merged as a further repeat of them.
     first, last = (json.loads((confirm / f"race-{k}.json").read_text()) for k in (2, 3))
     assert len(first["settle"]) >= 2 and last["settle"] == []

@@ -63,7 +63,9 @@ class BenchSettings:
     cell_order: str = schema_default("benchmark.cell_order")
     cell_order_seed: int | None = schema_default("benchmark.cell_order_seed")
     context_tolerance: float = schema_default("benchmark.context_tolerance")
-    min_window_s: float = schema_default("benchmark.min_window_s")
+    # Absent from a benchmark section (a record written by hand or before windows): counted cells, as then; every
+    # validated config carries the schema's default (20 s).
+    min_window_s: float = 0.0
     max_window_s: float = schema_default("benchmark.max_window_s")
     stability_subwindows: int = schema_default("benchmark.stability_subwindows")
     stability_tolerance: float = schema_default("benchmark.stability_tolerance")

@@ -11,6 +11,7 @@ import httpx
 from ddsweep import storage
 from ddsweep.bench.cells import BenchmarkError, BenchSettings, run_benchmark_async, run_coroutine
 from ddsweep.bench.transport import HTTP_CLIENTS
+from ddsweep.config.defaults import schema_default
 from ddsweep.console import ProgressLine
 
 
@@ -49,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeout", type=float,
                         default=BenchSettings.request_timeout_s, help="per-request timeout in seconds")
     parser.add_argument("--max-failure-fraction", type=float, default=BenchSettings.max_failure_fraction)
-    parser.add_argument("--min-window-s", type=float, default=BenchSettings.min_window_s,
+    parser.add_argument("--min-window-s", type=float, default=schema_default("benchmark.min_window_s"),
                         help="least steady-state seconds per cell (0: exactly --requests requests)")
     parser.add_argument("--max-window-s", type=float, default=BenchSettings.max_window_s,
                         help="cap of a cell's window; an unsettled cell is then recorded as unstable")

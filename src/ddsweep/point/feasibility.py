@@ -68,7 +68,9 @@ def local_tokenizer(config: dict) -> tuple[TokenizeFn | None, str]:
     def model(body: dict) -> list[int]:
         """SGLang's /tokenize: the chat template for `messages`, special tokens added to a `prompt`."""
         if body.get("messages") is not None:
-            return list(loaded.apply_chat_template(body["messages"], tokenize=True, add_generation_prompt=True))
+            # rendered to text, then encoded as it stands (transformers 5 returns a dict, not ids, for tokenize=True)
+            text = loaded.apply_chat_template(body["messages"], tokenize=False, add_generation_prompt=True)
+            return list(loaded(text, add_special_tokens=False)["input_ids"])
         return list(loaded(body["prompt"], add_special_tokens=True)["input_ids"])
     return model, f"the tokenizer of {path}"
 

@@ -261,9 +261,12 @@ def test_server_killed_between_cells_fails_with_server_crash(tmp_path, servers, 
     from ddsweep.bench.workloads import PromptBuilder
 
     original = PromptBuilder.build
+    builds: list[int] = []
 
     def kill_on_second_context(self: PromptBuilder, target_tokens: int, *args: object, **kwargs: object) -> object:
-        if target_tokens == 2048 and servers[-1].exited() is None:
+        builds.append(target_tokens)
+        # the first 2048-token prompt is built by the context check before any cell; the second by its cell
+        if builds.count(2048) == 2 and servers[-1].exited() is None:
             os.kill(servers[-1].process.pid, signal.SIGKILL)
             servers[-1].process.wait()
         return original(self, target_tokens, *args, **kwargs)

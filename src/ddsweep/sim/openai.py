@@ -49,12 +49,13 @@ class OpenAIEndpoints:
             key = "delta" if delta else "message"
             msg = {"role": "assistant", "content": text} if not delta or text else {}
             if not delta:
-                msg["reasoning_content"] = None
+                msg.update(reasoning_content=None, tool_calls=None)
+                return {"index": 0, key: msg, "logprobs": None, "finish_reason": finish, "matched_stop": None}
             return {"index": 0, key: msg, "finish_reason": finish}
 
         def usage(r: GenRequest) -> dict:
-            return {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
-                    "total_tokens": r.prompt_tokens + r.completion_tokens}
+            return {"prompt_tokens": r.prompt_tokens, "total_tokens": r.prompt_tokens + r.completion_tokens,
+                    "completion_tokens": r.completion_tokens, "prompt_tokens_details": None, "reasoning_tokens": 0}
 
         def finish_of(r: GenRequest) -> str:
             return "length" if r.finish_type == "length" else "stop"

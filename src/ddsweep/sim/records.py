@@ -63,6 +63,7 @@ class GenRequest:
     last_token_ts: float | None = None
     completion_tokens: int = 0
     verify_ct: int = 0
+    correct_drafts: list[int] = field(default_factory=list)  # per verify step, for the histogram
     text: str = ""
     text_json: bytes = b""
     cancelled: bool = False

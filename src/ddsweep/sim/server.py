@@ -194,6 +194,7 @@ class SimServer(OpenAIEndpoints):
                 n = min(req.sampler.draw(req.completion_tokens), len(req.pieces) - req.completion_tokens)
                 if self.spec:
                     req.verify_ct += 1
+                    req.correct_drafts.append(n - 1)
                     self.total_verify += 1
                     self.total_tokens += n
                 self._advance(req, n, now)
@@ -437,9 +438,11 @@ class SimServer(OpenAIEndpoints):
                 bool(cut and draws["cut-stream-rate"] < float(cut.arg or 0)))
 
     def _meta(self, req: GenRequest) -> dict:
-        meta: dict[str, Any] = {"id": req.rid, "prompt_tokens": req.prompt_tokens,
-                                "completion_tokens": req.completion_tokens, "cached_tokens": req.cached_tokens,
-                                "finish_reason": req.finish_reason()}
+        meta: dict[str, Any] = {"id": req.rid, "finish_reason": req.finish_reason(),
+                                "prompt_tokens": req.prompt_tokens, "weight_version": "default", "num_retractions": 0,
+                                "reasoning_tokens": 0, "completion_tokens": req.completion_tokens,
+                                "cached_tokens": req.cached_tokens,
+                                "cached_tokens_details": {"device": req.cached_tokens, "host": 0}, "dp_rank": None}
         if meta["finish_reason"] is not None:  # SGLang sends e2e_latency with the finished request only
             meta["e2e_latency"] = (req.last_token_ts or req.arrival_ts) - req.arrival_ts
         if self.spec:
@@ -450,6 +453,15 @@ class SimServer(OpenAIEndpoints):
             meta["spec_num_proposed_drafts"] = req.verify_ct * draft_tokens
             meta["spec_accept_rate"] = (meta["spec_num_correct_drafts"] / meta["spec_num_proposed_drafts"]
                                         if meta["spec_num_proposed_drafts"] else 0.0)
+            # steps by number of correct drafts (index k: k drafts accepted), to the largest count seen
+            histogram = [0] * (max(req.correct_drafts, default=0) + 1)
+            for count in req.correct_drafts:
+                histogram[count] += 1
+            meta["spec_correct_drafts_histogram"] = histogram
+            # the names SGLang marks "remove in next release", still sent beside the new ones
+            meta.update(spec_accepted_drafts=meta["spec_num_correct_drafts"],
+                        spec_proposed_drafts=meta["spec_num_proposed_drafts"], spec_accept_histogram=list(histogram))
+        meta["response_sent_to_client_ts"] = time.time()
         return meta
 
     def _generate(self, conn: Connection, req: HttpRequest) -> None:
@@ -494,7 +506,8 @@ class SimServer(OpenAIEndpoints):
                 remaining[0] -= 1
                 if remaining[0]:
                     return
-                outs = [{"text": g.text, "meta_info": self._meta(g), "simulated": True} for g in gens]
+                outs = [{"text": g.text, "output_ids": tokenizer.token_ids(g.text)[:g.completion_tokens],
+                         "meta_info": self._meta(g), "simulated": True} for g in gens]
                 if cut:
                     conn.abort()
                 elif malformed:

@@ -125,7 +125,8 @@ def fixture_rows(fixtures: Path) -> list[list]:
     for capture in _json_list(fixtures / "captures.json"):
         meta = capture.get("meta_info") or {}
         rows.append([capture.get("point"), capture.get("startup_s"), meta.get("completion_tokens"),
-                     meta.get("spec_verify_ct"), meta.get("spec_accept_length"), capture.get("error", "")])
+                     meta.get("spec_verify_ct"), meta.get("spec_accept_length"),
+                     (capture.get("error") or "").split(";")[0][:200]])
     return rows
 
 

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -75,3 +76,15 @@ class Sim:
             self.proc.kill()
         out, _ = self.proc.communicate(timeout=10)
         return out
+
+
+def healthy_together(started: dict[str, Sim]) -> Iterator[dict[str, Sim]]:
+    """For a module fixture: wait until every stand-in (started with wait=False, so they boot in parallel) is
+    healthy, yield them, and close them all afterwards."""
+    try:
+        for sim in started.values():
+            sim.wait_healthy(timeout=60)
+        yield started
+    finally:
+        for sim in started.values():
+            sim.close()

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from standin import FAST, Sim
+from standin import FAST, Sim, healthy_together
 
 from ddsweep import figures, storage
 from ddsweep.bench.cells import BenchSettings, TokenizeClient, TokenizeError, run_benchmark
@@ -34,13 +34,7 @@ def sims() -> Iterator[dict[str, Sim]]:
     """A healthy DDTree stand-in and one that fails half of its requests, started in parallel."""
     started = {"ok": Sim("--speculative-algorithm", "DDTREE", "--speculative-ddtree-budget", "8", *FAST, wait=False),
                "bad": Sim("--sim-fault", "error-rate:0.5", *FAST, wait=False)}
-    try:
-        for sim in started.values():
-            sim.wait_healthy(timeout=60)
-        yield started
-    finally:
-        for sim in started.values():
-            sim.close()
+    yield from healthy_together(started)
 
 
 def test_benchmark_records_and_figures(sims: dict[str, Sim], tmp_path: Path) -> None:

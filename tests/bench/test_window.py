@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from standin import FAST, Sim
+from standin import FAST, Sim, healthy_together
 
 from ddsweep import figures, storage
 from ddsweep.bench.cells import BenchSettings, prebuilt_extra, run_benchmark
@@ -25,13 +25,7 @@ def sims() -> Iterator[dict[str, Sim]]:
                "stall": Sim(*DDTREE, *FAST, "--sim-fault", "stall-every:9,0.6", wait=False),
                "drift": Sim(*DDTREE, *FAST, "--sim-fault", "drift:4", wait=False),
                "saturated": Sim(*DDTREE, *FAST, "--sim-accept-fixed", "4", wait=False)}
-    try:
-        for sim in started.values():
-            sim.wait_healthy(timeout=60)
-        yield started
-    finally:
-        for sim in started.values():
-            sim.close()
+    yield from healthy_together(started)
 
 
 def _settings(**changes: object) -> BenchSettings:

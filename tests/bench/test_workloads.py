@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from standin import Sim
+from standin import Sim, healthy_together
 
 from ddsweep import storage
 from ddsweep.bench.cells import BenchSettings, plan_cells, run_benchmark
@@ -27,13 +27,7 @@ def sims() -> Iterator[dict[str, Sim]]:
     """A DDTree stand-in and an autoregressive one (fixed one token per step: the ramp is predictable)."""
     started = {"ddtree": Sim(*DDTREE, "--sim-step-ms", "1", "--sim-prefill-ms-per-1k", "1", wait=False),
                "ar": Sim("--sim-step-ms", str(STEP_MS), "--sim-prefill-ms-per-1k", "0", wait=False)}
-    try:
-        for sim in started.values():
-            sim.wait_healthy(timeout=60)
-        yield started
-    finally:
-        for sim in started.values():
-            sim.close()
+    yield from healthy_together(started)
 
 
 @pytest.fixture

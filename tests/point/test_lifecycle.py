@@ -245,15 +245,7 @@ def test_verification_failure_fails_the_point_and_keeps_the_records(tmp_path):
 def test_a_signal_to_run_point_stops_the_server_and_leaves_the_point_incomplete(tmp_path, sig):
     """Slurm's SIGTERM, Ctrl-C's SIGINT, a closed terminal's SIGHUP: the server's process group goes too."""
     out = tmp_path / "p"
-    record = demo_record("ar", sim_args=["--sim-startup-delay", "30"], **NO_CODING)
-    proc = subprocess.Popen([sys.executable, "-m", "ddsweep", "run-point", "--record", json.dumps(record),
-                             "--out", str(out)], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 20
-    while not (out / "point.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)
-    port = json.loads((out / "point.json").read_text())["port"]
-    assert owned_processes_of_port(port), "the server should be starting"
+    proc, port = start_run_point_on_a_slow_server(out, subprocess.PIPE)
     proc.send_signal(sig)
     assert proc.wait(timeout=20) == 143
     assert owned_processes_of_port(port) == []
@@ -268,15 +260,7 @@ def test_a_run_point_killed_outright_takes_its_server_with_it(tmp_path):
     """SIGKILL (a harness or scheduler killing the job's process group) leaves run-point no time to stop its
     server: the kernel does (PR_SET_PDEATHSIG)."""
     out = tmp_path / "p"
-    record = demo_record("ar", sim_args=["--sim-startup-delay", "30"], **NO_CODING)
-    proc = subprocess.Popen([sys.executable, "-m", "ddsweep", "run-point", "--record", json.dumps(record),
-                             "--out", str(out)], stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while not (out / "point.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)
-    port = json.loads((out / "point.json").read_text())["port"]
-    assert owned_processes_of_port(port), "the server should be starting"
+    proc, port = start_run_point_on_a_slow_server(out, subprocess.DEVNULL)
     proc.kill()
     proc.wait(timeout=10)
     deadline = time.monotonic() + 5
@@ -295,3 +279,16 @@ def test_rerun_archives_the_previous_attempt(tmp_path):
     attempts = list((out / "attempts").iterdir())
     assert len(attempts) == 1 and (attempts[0] / "failure.json").read_text() == "{}"
 
+
+def start_run_point_on_a_slow_server(out: Path, stderr: int) -> tuple[subprocess.Popen, int]:
+    """`ddsweep run-point` on a stand-in that takes 30 s to become healthy, returned once its server is starting."""
+    record = demo_record("ar", sim_args=["--sim-startup-delay", "30"], **NO_CODING)
+    proc = subprocess.Popen([sys.executable, "-m", "ddsweep", "run-point", "--record", json.dumps(record),
+                             "--out", str(out)], stderr=stderr, text=True)
+    deadline = time.monotonic() + 20
+    while not (out / "point.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    port = json.loads((out / "point.json").read_text())["port"]
+    assert owned_processes_of_port(port), "the server should be starting"
+    return proc, port

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from standin import FAST, Sim
+from standin import FAST, Sim, healthy_together
 
 from ddsweep.sim.cli import build_parser, build_settings, parse_unknown
 from ddsweep.sim.model import (
@@ -38,13 +38,7 @@ def servers() -> Iterator[dict[str, Sim]]:
         "faulty1": Sim(*FAULTY, wait=False),
         "faulty2": Sim(*FAULTY, wait=False),
     }
-    try:
-        for sim in sims.values():
-            sim.wait_healthy(timeout=60)
-        yield sims
-    finally:
-        for sim in sims.values():
-            sim.close()
+    yield from healthy_together(sims)
 
 
 @pytest.fixture

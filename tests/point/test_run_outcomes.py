@@ -12,6 +12,7 @@ import time
 
 import pytest
 from conftest import demo_config, demo_record
+from test_feasibility_tokenizer import fake_transformers
 from test_lifecycle import NO_CODING, owned_processes_of_port
 
 from ddsweep.analysis.results import failed_cells_text, load_results
@@ -125,14 +126,20 @@ def test_a_point_whose_every_cell_failed_its_threshold_is_failed_not_partial(tmp
     assert json.loads((tmp_path / "p" / "failure.json").read_text())["error_kind"] == "bench_failures"
 
 
-def test_the_preflight_reports_a_context_no_prompt_can_be_sized_to_before_any_server_starts():
+def test_the_preflight_reports_a_context_no_prompt_can_be_sized_to_before_any_server_starts(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", fake_transformers())
     contexts = [8, *demo_config()["benchmark"]["contexts"]]
-    config = demo_config(benchmark={"contexts": contexts})
+    config = demo_config(benchmark={"contexts": contexts}, target={"model_path": str(tmp_path)})
+    config["simulated"] = False  # the model directory's tokenizer (one token per character here)
     (finding,) = check_matrix(config)
     assert finding.level == "notice" and "recorded as infeasible by every point: coding ctx=8 (workload coding: " \
         "no prompt can be sized to context 8" in finding.message
-    assert check_matrix(demo_config()) == []  # the demo's own contexts are all measurable
-    config["simulated"] = False  # a real study whose model directory is not on this host: said, not guessed
+    config = demo_config(target={"model_path": str(tmp_path)})
+    config["simulated"] = False
+    assert check_matrix(config) == []  # the demo's own contexts are all measurable
+    config["target"]["model_path"] = str(tmp_path / "absent")  # not on this host: said, not guessed
     (finding,) = check_matrix(config)
     assert finding.message.startswith("benchmark contexts were not checked against the prompts' sizes: "
                                       "target.model_path")
+    (finding,) = check_matrix(demo_config(benchmark={"contexts": contexts}))  # the stand-in counts at run time
+    assert "simulated study" in finding.message

@@ -3,7 +3,7 @@ shortest prompt as the server's tokenizer counts it, or longer than its padding 
 
 Found against the running server's `/tokenize` before the benchmark starts; those (workload, context) cells are
 recorded as infeasible (status.json `infeasible_cells`) and the rest of the matrix is measured. The preflight
-finds them before any server starts with the model directory's tokenizer (or the stand-in's), where it loads."""
+finds them before any server starts with the model directory's tokenizer, where it loads."""
 
 from __future__ import annotations
 
@@ -44,17 +44,10 @@ def infeasible_cells(url: str, settings: BenchSettings) -> list[dict[str, Any]]:
 
 
 def local_tokenizer(config: dict) -> tuple[TokenizeFn | None, str]:
-    """A stand-in for the server's `/tokenize` on this host and what it is: the stand-in's tokenizer for a
-    simulated study, else the model directory's through `transformers` (None, with the reason, when neither)."""
-    if config.get("simulated"):
-        from ddsweep.sim import tokenizer
-        from ddsweep.sim.openai import render_chat
-
-        def simulated(body: dict) -> list[int]:
-            """The stand-in server's /tokenize."""
-            text = render_chat(body["messages"]) if body.get("messages") is not None else str(body["prompt"])
-            return tokenizer.token_ids(text)
-        return simulated, "the stand-in's tokenizer"
+    """A stand-in for the server's `/tokenize` on this host and what it is: the model directory's tokenizer through
+    `transformers` (None, with the reason, for a simulated study or where it does not load)."""
+    if config.get("simulated"):  # the stand-in counts tokens its own way: each point checks through /tokenize
+        return None, "a simulated study's stand-in counts the tokens (each point checks through its /tokenize)"
     path = Path(str(config["target"]["model_path"]))
     if not path.is_dir():
         return None, f"target.model_path {str(path)!r} is not a directory on this host"

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 from ddsweep import storage
 from ddsweep.bench import metrics
 from ddsweep.bench.closed_loop import LoopState, StopRule, run_cell, window_record
+from ddsweep.bench.gpu_sampler import GpuSampler
 from ddsweep.bench.records import RequestRecord, cache_check, cell_figures, group_figures
 from ddsweep.bench.transport import Transport, make_transport
 from ddsweep.bench.workloads import Prompt, PromptBuilder, Workload, WorkloadError
@@ -296,6 +297,22 @@ def workload_summaries(settings: BenchSettings, cells: list[dict]) -> list[dict]
     return out
 
 
+def gpu_fields(sampler: GpuSampler | None, steady: dict[str, Any]) -> dict[str, Any]:
+    """A measured cell's `gpu`, `gpu_reason` and `energy_j_per_output_token`: stops `sampler` (None in a simulated
+    study) and summarises it over the cell's steady-state window, whose output tokens the energy is divided by."""
+    if sampler is None:
+        return {"gpu": None, "gpu_reason": "simulated study: the stand-in server has no GPU",
+                "energy_j_per_output_token": None}
+    if steady["start_ts"] is None:
+        sampler.stop()
+        gpu, reason = None, "the cell has no steady-state window"
+    else:
+        gpu, reason = sampler.stop(steady["start_ts"], steady["end_ts"]), sampler.reason
+    energy, tokens = (gpu or {}).get("energy_j"), steady["output_tokens"]
+    return {"gpu": gpu, "gpu_reason": reason,
+            "energy_j_per_output_token": energy / tokens if energy is not None and tokens else None}
+
+
 async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan: list[_Cell], doc: dict,
                       handle: Any, tokenizer: TokenizeClient, transport: Transport,
                       progress: Callable[[str], None]) -> None:
@@ -320,6 +337,8 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
             if state.label:  # nothing to report while the cell's prompts are still being sized
                 progress(f"  {state.label}: {state.done} done, {state.in_flight} in flight, {rate:.0f} tok/s")
 
+    # NVML is opened once per run, never against the stand-in (its study has no GPU to measure).
+    sampler = None if simulated else GpuSampler()
     reporter_task = asyncio.get_running_loop().create_task(reporter())
     n_cells = sum(not c.warmup for c in plan)
     try:
@@ -346,6 +365,8 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
                 "warmup" if cell.warmup else f"repeat {cell.repeat}")
             state.done = 0
             recs: list[RequestRecord] = []
+            if sampler is not None and not cell.warmup:
+                sampler.start()
             try:
                 recs, stopped_by = await run_cell(
                     transport, url, supply, lambda i, cell=cell: RequestRecord(
@@ -368,6 +389,7 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
             figures = cell_figures(recs, settings.stall_factor, settings.stall_floor_s)
             figures.update(cache_check(recs, [p.input_ids for p in supply.given]),
                            window=window_record(recs, rule, stopped_by))
+            figures.update(gpu_fields(sampler, figures["steady_state"]))
             verify = [r for r in recs if r.ok and r.spec_verify_ct]
             doc["cells"].append({"workload": workload.name, "context": context, "concurrency": conc,
                                  "repeat": cell.repeat, "ignore_eos": workload.ignore_eos, **figures,
@@ -396,6 +418,8 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
                 progress(f"cell FAILED, the point goes on without it: {reason}")
     finally:
         reporter_task.cancel()
+        if sampler is not None:
+            sampler.close()
         tokenizer.close()
         await transport.close()
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from configs import study_yaml
 from conftest import ROOT, copy_workflow, venv_env
 from decision_checks import check_first_screen
 
@@ -63,7 +64,7 @@ def demo_run(tmp_path_factory) -> Path:
     # with SGLang's classes; the DFlash and DDTree launches (the same requests) run lenient, their command lines
     # checked with SGLang's parser by the preflight (every preset's requests run strict in tests/contract/).
     demo["engine"]["startup_timeout_s"] = 240
-    presets = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["engine"]["presets"]
+    presets = study_yaml()["engine"]["presets"]
     demo["engine"]["presets"] = {name: {**presets[name], "args": [*presets[name]["args"], "--sim-strict", "off"]}
                                  for name in ("ddtree", "dflash", "dflash-nooverlap")}
     (workdir / ".test" / "config.yaml").write_text(yaml.safe_dump(demo, sort_keys=False))
@@ -108,7 +109,7 @@ def test_demo_produces_a_simulated_summary_tables_plots_and_a_bundle(demo_run):
 def test_demo_summary_opens_with_the_decision_and_has_the_load_level_table(demo_run):
     summary = (demo_run / "reports" / "optimization_summary.md").read_text()
     document = json.loads((demo_run / "reports" / "summary.json").read_text())
-    presets = yaml.safe_load((demo_run / "config" / "config.yaml").read_text())["engine"]["presets"]
+    presets = study_yaml()["engine"]["presets"]
     check_first_screen(summary, document, presets)
     assert "## Best configuration per load level" in summary
     levels = document["load_levels"]["levels"]

@@ -49,7 +49,7 @@ class OpenAIEndpoints:
             key = "delta" if delta else "message"
             msg = {"role": "assistant", "content": text} if not delta or text else {}
             if not delta:
-                msg.update(reasoning_content=None, tool_calls=None)
+                msg["reasoning_content"] = None
                 return {"index": 0, key: msg, "logprobs": None, "finish_reason": finish, "matched_stop": None}
             return {"index": 0, key: msg, "finish_reason": finish}
 

@@ -461,7 +461,6 @@ class SimServer(OpenAIEndpoints):
             # the names SGLang marks "remove in next release", still sent beside the new ones
             meta.update(spec_accepted_drafts=meta["spec_num_correct_drafts"],
                         spec_proposed_drafts=meta["spec_num_proposed_drafts"], spec_accept_histogram=list(histogram))
-        meta["response_sent_to_client_ts"] = time.time()
         return meta
 
     def _generate(self, conn: Connection, req: HttpRequest) -> None:

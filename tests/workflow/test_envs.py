@@ -60,7 +60,7 @@ def test_analysis_env_is_only_the_analysis_side() -> None:
 def test_server_env_can_start_the_server() -> None:
     packages = env_packages("server.yaml")
     assert {"sglang", "torch", "-e"} <= packages
-    assert "[client]" in (ROOT / "envs" / "server.yaml").read_text()  # ddsweep's client side in the job
+    assert "[client,gpu]" in (ROOT / "envs" / "server.yaml").read_text()  # client side and NVML in the job
 
 
 def test_core_dependencies_are_the_analysis_environment() -> None:

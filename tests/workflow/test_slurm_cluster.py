@@ -42,7 +42,7 @@ def test_a_point_at_its_time_limit_is_signalled_recorded_as_interrupted_resubmit
     extra = write_config(workdir, "limits.yaml", {
         "engine": {"env": {name: value}, "launcher": launcher, "startup_timeout_s": 30, "shutdown_timeout_s": 10},
         # the cells outlast the limit, the first alone about 100 s (64 distinct prompts fit every context)
-        "benchmark": {"requests_per_cell": 64, "repeats": 1},
+        "benchmark": {"requests_per_cell": 64, "repeats": 1, "min_window_s": 300, "max_window_s": 600},
         # the signal is due 120 s into the job and Slurm may send it up to 60 s early (sbatch --signal): at least
         # 60 s after the start. With a 2 min limit (signal from 0 s in) a saturated CI machine once had the signal
         # before the benchmark began, and a signal before the benchmark would not test an interrupted measurement.

@@ -2,9 +2,9 @@
 stopping rule holds.
 
 A counted cell (a warmup, or `min_window_s` 0) sends exactly its planned requests. A windowed cell keeps sending
-until it has at least `min_requests` completed requests and a steady-state window (from the moment C requests
-are first in flight) of at least `min_window_s` whose sub-windows agree on output throughput within the stability
-tolerance; a cell that does not settle stops at `max_window_s` and is recorded as unstable. The in-flight requests
+until at least `min_requests` requests have ended (a floor no cap cuts) and it has a steady-state window (from the
+moment C requests are first in flight) of at least `min_window_s` whose sub-windows agree on output throughput
+within the stability tolerance; a cell that does not settle stops at `max_window_s` and is recorded as unstable. The in-flight requests
 are then allowed to finish, so the window ends where ddsweep.figures' steady state ends. The stopping check is an
 approximation on 50 ms bins (figures.stability recomputes the recorded figures from the raw records). A windowed
 cell also stops early once more than `max_failure_fraction` of at least `min_requests` requests failed.
@@ -90,14 +90,18 @@ class _Watch:
 
 
 def _decide(watch: _Watch, rule: StopRule, records: list[RequestRecord], now: float, started: float) -> str | None:
-    """Why a windowed cell stops now (stable, cap, failures), or None to go on."""
-    if watch.completed + watch.failed >= rule.min_requests and watch.failed > rule.max_failure_fraction * (
-            watch.completed + watch.failed):
+    """Why a windowed cell stops now (stable, cap, failures), or None to go on. No cell stops for its window
+    before `min_requests` requests have ended: the count is a floor the cap never cuts (request timeouts bound it)."""
+    ended = watch.completed + watch.failed
+    if ended < rule.min_requests:
+        return None
+    if watch.failed > rule.max_failure_fraction * ended:
         return "failures"
     if watch.window_start is None:
         return "cap" if now - started >= rule.max_window_s else None
     elapsed = now - watch.window_start
-    if watch.completed < rule.min_requests or elapsed < rule.min_window_s:
+    # one bin of margin: the recorded window starts at the C-th request's own start, a little after this one
+    if watch.completed < rule.min_requests or elapsed < rule.min_window_s + BIN_S:
         return "cap" if now - started >= rule.max_window_s + rule.min_window_s else None
     figure = watch.spread(records, now, rule.subwindows)
     if figure is not None and figure <= rule.tolerance:

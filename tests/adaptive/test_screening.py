@@ -17,7 +17,7 @@ from ddsweep.adaptive.funnel import funnel, screen_failure
 from ddsweep.adaptive.race import race_round, settle_round
 from ddsweep.adaptive.screening import ScreenedFigure, estimate
 from ddsweep.adaptive.selection import select, select_round
-from ddsweep.analysis.funnel_section import funnel_block, funnel_markdown, render_funnel
+from ddsweep.report.funnel_section import funnel_block, funnel_markdown, render_funnel
 
 ADAPTIVE = {"sweep": {"strategy": "adaptive", "screen": {"launch_cv": 0.02}}}
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from resultsets import REPEATS, broken_set, coding_set, drafter_bound_set, simulated_set, write_results
 
-from ddsweep.analysis.plots import PLOTS
+from ddsweep.analysis.coding_outcomes import lossless_vs_ar
 from ddsweep.analysis.regimes import Regime, resolve_regime
 from ddsweep.analysis.results import (
     CELL_COLUMNS,
@@ -22,8 +22,9 @@ from ddsweep.analysis.results import (
     failure_patterns,
     load_results,
 )
-from ddsweep.analysis.tables import lossless_vs_ar, overview_table, write_tables
 from ddsweep.cli import main
+from ddsweep.report.plots import PLOTS
+from ddsweep.report.tables import overview_table, write_tables
 
 
 def test_broken_points_are_recorded_with_reasons(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import pytest
 from studies import REGIMES_CONFIG, TruePoint, build
 
 from ddsweep.analysis.decisions import Settings, analyse
-from ddsweep.analysis.document import build_summary
+from ddsweep.report.document import build_summary
 
 SEEDS = range(100)
 MARGIN = 0.02

@@ -12,10 +12,10 @@ import pytest
 from resultsets import SynthPoint, drafter_bound_set, write_point, write_results
 
 from ddsweep.analysis.decisions import Settings, analyse
-from ddsweep.analysis.document import build_summary
 from ddsweep.analysis.drift import load_reference_runs
 from ddsweep.analysis.results import load_results
-from ddsweep.analysis.summarize import summarize
+from ddsweep.report.document import build_summary
+from ddsweep.report.summarize import summarize
 
 
 def write_end_run(results: Path, start: SynthPoint, host: str, factor: float, failed: bool = False) -> Path:

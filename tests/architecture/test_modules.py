@@ -138,3 +138,15 @@ def test_the_checker_finds_a_private_import_and_allows_dunders(tmp_path: Path) -
         "b.py": "from pkg.a import _x\nfrom pkg.a import __version__\n",
     })
     assert private_imports(package) == ["b.py: from pkg.a import _x"]
+
+
+MAX_MODULES = 20
+README = PACKAGE.parents[1] / "README.md"
+
+
+@pytest.mark.parametrize("package", sorted(p.parent for p in PACKAGE.glob("*/__init__.py")), ids=lambda p: p.name)
+def test_no_package_holds_over_20_modules_and_the_readme_layout_names_it(package: Path) -> None:
+    count = len(list(package.glob("*.py")))
+    assert count <= MAX_MODULES, f"{package.name} holds {count} modules; split it into stages by what they hold"
+    layout = README.read_text(encoding="utf-8").split("## Layout", 1)[1].split("```")[1]
+    assert f"  {package.name}/ " in layout, f"README's Layout does not name {package.name}/"

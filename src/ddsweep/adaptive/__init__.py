@@ -2,6 +2,6 @@
 the race and the funnel, and their subcommands (with `ddsweep plan`, which shows the stage plan).
 
 May import: `ddsweep.storage`, `ddsweep.config`, `ddsweep.bench`, `ddsweep.figures` (metric definitions),
-`ddsweep.analysis` (statistics, result loading, the summary's funnel section). Imported by no other stage; only the
-command line (by module name) and the workflow's rules use it.
+`ddsweep.analysis` (statistics, failure text), `ddsweep.report` (the summary's funnel section). Imported by no
+other stage; only the command line (by module name) and the workflow's rules use it.
 """

@@ -14,9 +14,9 @@ from ddsweep.adaptive.funnel import funnel
 from ddsweep.adaptive.race import race_round
 from ddsweep.adaptive.selection import select_round
 from ddsweep.adaptive.stages import confirm_launches, format_stage_plan, screen_ids, strategy_choice
-from ddsweep.analysis.funnel_section import render_funnel
 from ddsweep.config.plan import format_plan, plan_document
 from ddsweep.config.study import ConfigError, add_config_arguments, config_from_args
+from ddsweep.report.funnel_section import render_funnel
 from ddsweep.storage import write_json_atomic, write_text_atomic
 
 

@@ -1,6 +1,8 @@
-"""Stage 4, analyse and report: loading results, statistics, decisions, Markdown, tables, plots, bundles.
+"""Stage 4, analyse: from the records point jobs wrote to figures and decisions (result loading, per-repeat cell
+figures, launch models, statistics, regimes, ties, drift, diagnosis, decisions, load levels, the chain
+comparison, launch spread, coding outcomes).
 
 May import: `ddsweep.storage`, `ddsweep.config`, `ddsweep.coding` (output comparison), `ddsweep.figures`
-(the figures' definitions). Never `point`, `bench`
-or `sim`: it reads what point jobs wrote, not how they ran.
+(the figures' definitions). Never `report` (which writes these decisions for people), nor `point`, `bench` or
+`sim`: it reads what point jobs wrote, not how they ran.
 """

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ddsweep.analysis.coding_outcomes import LosslessResult, coding_stats, lossless_vs_ar
 from ddsweep.analysis.diagnosis import Confound, Diagnosis, confounds, diagnose
 from ddsweep.analysis.drift import ReferenceRuns
 from ddsweep.analysis.launch_model import launch_difference, pooled_variances
@@ -21,7 +22,6 @@ from ddsweep.analysis.regimes import ResolvedRegime, resolve_regime
 from ddsweep.analysis.results import ResultSet, ar_point_id
 from ddsweep.analysis.settings import DEFAULT_REGIMES, Priority, Settings
 from ddsweep.analysis.statistics import Estimate, combined_difference, holm, holm_levels, mean_interval
-from ddsweep.analysis.tables import LosslessResult, coding_stats, lossless_vs_ar
 from ddsweep.analysis.text import interval_meaningful, no_interval
 from ddsweep.analysis.ties import cheapest_unbeaten
 

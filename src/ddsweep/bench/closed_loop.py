@@ -4,10 +4,11 @@ stopping rule holds.
 A counted cell (a warmup, or `min_window_s` 0) sends exactly its planned requests. A windowed cell keeps sending
 until at least `min_requests` requests have ended (a floor no cap cuts) and it has a steady-state window (from the
 moment C requests are first in flight) of at least `min_window_s` whose sub-windows agree on output throughput
-within the stability tolerance; a cell that does not settle stops at `max_window_s` and is recorded as unstable. The in-flight requests
-are then allowed to finish, so the window ends where ddsweep.figures' steady state ends. The stopping check is an
-approximation on 50 ms bins (figures.stability recomputes the recorded figures from the raw records). A windowed
-cell also stops early once more than `max_failure_fraction` of at least `min_requests` requests failed.
+within the stability tolerance; a cell that does not settle stops at `max_window_s` and is recorded as unstable. The
+in-flight requests are then allowed to finish, so the window ends where ddsweep.figures' steady state ends. The
+stopping check is an approximation on 50 ms bins (figures.stability recomputes the recorded figures from the raw
+records). A windowed cell also stops early once more than `max_failure_fraction` of at least `min_requests` requests
+failed.
 """
 
 from __future__ import annotations

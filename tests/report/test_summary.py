@@ -22,11 +22,11 @@ from resultsets import (
 )
 
 from ddsweep.analysis.decisions import Decisions, analyse
-from ddsweep.analysis.document import build_summary
-from ddsweep.analysis.render import render_decisions, render_markdown
 from ddsweep.analysis.results import load_results
 from ddsweep.analysis.settings import DEFAULT_PRIORITIES, DEFAULT_REGIMES, Settings
-from ddsweep.analysis.summarize import SummaryResult, summarize
+from ddsweep.report.document import build_summary
+from ddsweep.report.render import render_decisions, render_markdown
+from ddsweep.report.summarize import SummaryResult, summarize
 
 
 def run(spec: ResultSetSpec, root: Path) -> tuple[SummaryResult, str]:

@@ -17,15 +17,15 @@ import yaml
 from ddsweep.analysis.decisions import Decisions, RegimeOutcome, ratio_text
 from ddsweep.analysis.diagnosis import MAX_LIST, gain_text
 from ddsweep.analysis.drift import drift_caveat, reference_caveat
-from ddsweep.analysis.first_screen import decision_block
 from ddsweep.analysis.load_levels import load_levels
-from ddsweep.analysis.measurement import verification_caveats, workload_caveats
-from ddsweep.analysis.operations import failed_points_caveat, mixed_hosts_caveat
-from ddsweep.analysis.quality import measurement_caveat
 from ddsweep.analysis.regimes import ResolvedRegime
 from ddsweep.analysis.results import KNOBS, METRIC_LABELS, ar_point_id, window_label
 from ddsweep.analysis.statistics import Estimate
 from ddsweep.analysis.text import interval_meaningful, no_interval
+from ddsweep.report.first_screen import decision_block
+from ddsweep.report.measurement import verification_caveats, workload_caveats
+from ddsweep.report.operations import failed_points_caveat, mixed_hosts_caveat
+from ddsweep.report.quality import measurement_caveat
 
 SCHEMA_VERSION = 2
 METHOD = ("mean of per-repeat figures with a Student-t interval (repeats are the independent units, or the server "

@@ -10,8 +10,8 @@ from matplotlib.figure import Figure
 from resultsets import ResultSetSpec, drafter_bound_set, simulated_set, write_results
 
 from ddsweep.analysis.decisions import Settings, analyse
-from ddsweep.analysis.plots import PLOTS, PlotData, write_plots
 from ddsweep.analysis.results import load_results
+from ddsweep.report.plots import PLOTS, PlotData, write_plots
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

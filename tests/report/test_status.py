@@ -10,10 +10,10 @@ from pathlib import Path
 import yaml
 from resultsets import SynthPoint, write_point
 
-from ddsweep.analysis.status import parse_elapsed, point_state, study_status
 from ddsweep.cli import main
 from ddsweep.config.plan import estimate_minutes, running_points
 from ddsweep.config.study import load_config
+from ddsweep.report.status import parse_elapsed, point_state, study_status
 
 ROOT = Path(__file__).resolve().parents[2]
 

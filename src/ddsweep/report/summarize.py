@@ -13,16 +13,16 @@ import yaml
 
 from ddsweep.analysis.chain import chain_section
 from ddsweep.analysis.decisions import Settings, analyse
-from ddsweep.analysis.document import build_summary, jsonable
 from ddsweep.analysis.drift import load_reference_runs
-from ddsweep.analysis.full_coding import full_coding_block, picks_document, recommended_points
-from ddsweep.analysis.funnel_section import funnel_block
 from ddsweep.analysis.launch_spread import spread_block
-from ddsweep.analysis.plots import PlotData, write_plots
-from ddsweep.analysis.render import render_markdown
 from ddsweep.analysis.results import ar_point_id, load_results
 from ddsweep.analysis.scope import ignored_caveat, study_point_ids
-from ddsweep.analysis.tables import overview_table, write_tables
+from ddsweep.report.document import build_summary, jsonable
+from ddsweep.report.full_coding import full_coding_block, picks_document, recommended_points
+from ddsweep.report.funnel_section import funnel_block
+from ddsweep.report.plots import PlotData, write_plots
+from ddsweep.report.render import render_markdown
+from ddsweep.report.tables import overview_table, write_tables
 from ddsweep.storage import write_json_atomic, write_text_atomic
 
 
@@ -154,7 +154,7 @@ def _picks_command(args: argparse.Namespace) -> int:
 
 
 def register_picks(subparsers: argparse._SubParsersAction) -> None:
-    """Add the `picks` subcommand (coding_eval.full_on_picks; ddsweep.analysis.full_coding)."""
+    """Add the `picks` subcommand (coding_eval.full_on_picks; ddsweep.report.full_coding)."""
     parser = subparsers.add_parser("picks", help="the recommended points and the full HumanEval runs they need "
                                                  "(coding_eval.full_on_picks)")
     parser.add_argument("results", help="results directory (with points/)")

@@ -21,14 +21,14 @@ from typing import Any
 
 import yaml
 
-from ddsweep.analysis.bundle import BundleError, extract_bundle
 from ddsweep.analysis.decisions import Decisions, Settings, analyse, ratio_text
-from ddsweep.analysis.document import jsonable
-from ddsweep.analysis.first_screen import recommend
-from ddsweep.analysis.launch import launch_of
 from ddsweep.analysis.regimes import Regime, resolve_regime
 from ddsweep.analysis.results import ResultSet, load_results
 from ddsweep.analysis.statistics import log_difference
+from ddsweep.report.bundle import BundleError, extract_bundle
+from ddsweep.report.document import jsonable
+from ddsweep.report.first_screen import recommend
+from ddsweep.report.launch import launch_of
 from ddsweep.storage import write_text_atomic
 
 # Repeat indices of study B are shifted by this much so that no repeat of A is paired with one of B.
@@ -281,7 +281,7 @@ def compare_plot(doc: dict[str, Any], path: Path) -> Path:
     """B over A per matched point with interval bars, one panel per regime, the line of no change at 1."""
     import matplotlib.pyplot as plt
 
-    from ddsweep.analysis.plots import SIMULATED_LABEL, save_figure
+    from ddsweep.report.plots import SIMULATED_LABEL, save_figure
 
     m = doc["matched"]
     regimes = m["regimes"]

@@ -13,13 +13,13 @@ from decision_checks import check_first_screen, first_section
 from resultsets import ResultSetSpec, drafter_bound_set, write_results
 
 from ddsweep.analysis.decisions import Settings, analyse
-from ddsweep.analysis.launch import shell_line, without_port
 from ddsweep.analysis.load_levels import schedule
-from ddsweep.analysis.plots import PLOTS, PlotData
 from ddsweep.analysis.results import load_results
-from ddsweep.analysis.summarize import summarize
 from ddsweep.analysis.ties import cheapest, cheapest_unbeaten, point_cost
 from ddsweep.point.lifecycle import render_server
+from ddsweep.report.launch import shell_line, without_port
+from ddsweep.report.plots import PLOTS, PlotData
+from ddsweep.report.summarize import summarize
 
 PRESETS = study_yaml()["engine"]["presets"]
 
@@ -172,7 +172,7 @@ def test_pareto_plot_has_one_curve_per_point_interval_bars_and_labelled_picks(su
 def test_caveats_that_would_change_the_decision_come_first(tmp_path: Path) -> None:
     from resultsets import broken_set, simulated_set
 
-    from ddsweep.analysis.first_screen import decision_block
+    from ddsweep.report.first_screen import decision_block
 
     spec = broken_set()
     decisions = analyse(load_results(write_results(spec, tmp_path / "broken")), Settings.from_config(spec.config))

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from resultsets import simulated_set, write_results
 
-from ddsweep.analysis.bundle import MANIFEST, create_bundle, extract_bundle, verify_bundle
 from ddsweep.analysis.decisions import Settings, analyse
-from ddsweep.analysis.render import render_decisions
 from ddsweep.analysis.results import load_results
 from ddsweep.cli import main
+from ddsweep.report.bundle import MANIFEST, create_bundle, extract_bundle, verify_bundle
+from ddsweep.report.render import render_decisions
 from ddsweep.storage import write_text_atomic
 
 NOW = 1_750_000_000.0

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from ddsweep.analysis.decisions import Decisions
-from ddsweep.analysis.document import build_summary, figure_text, fmt, jsonable
-from ddsweep.analysis.first_screen import ratio_dict_text, render_decision
+from ddsweep.report.document import build_summary, figure_text, fmt, jsonable
+from ddsweep.report.first_screen import ratio_dict_text, render_decision
 
 
 def _table(columns: list[str], rows: list[list[Any]]) -> list[str]:

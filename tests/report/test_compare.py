@@ -13,9 +13,9 @@ import yaml
 from conftest import demo_record
 from resultsets import drafter_bound_set, write_results
 
-from ddsweep.analysis.bundle import create_bundle
-from ddsweep.analysis.compare import StudyError, command_changes, compare, open_study, render_compare
 from ddsweep.cli import main
+from ddsweep.report.bundle import create_bundle
+from ddsweep.report.compare import StudyError, command_changes, compare, open_study, render_compare
 
 # The stand-in's acceptance draws from its model unless fixed: study B's drafter accepts 2 tokens per step.
 WEAK_DRAFTER = ["--sim-accept-fixed", "2"]

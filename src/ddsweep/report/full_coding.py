@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from ddsweep.analysis.decisions import Settings, analyse
-from ddsweep.analysis.document import build_summary, jsonable
 from ddsweep.analysis.results import is_truncated, load_results, read_coding_repeat
 from ddsweep.analysis.scope import study_point_ids
 from ddsweep.coding.lossless import assess_lossless, wilson_interval
 from ddsweep.config.plan import HUMANEVAL_PROBLEMS
+from ddsweep.report.document import build_summary, jsonable
 from ddsweep.storage import read_json, read_jsonl
 
 

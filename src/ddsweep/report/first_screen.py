@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from ddsweep.analysis.decisions import Decisions, PriorityPick
-from ddsweep.analysis.launch import launch_of
-from ddsweep.analysis.quality import quality_caveats
 from ddsweep.analysis.regimes import ResolvedRegime
 from ddsweep.analysis.results import ar_point_id
 from ddsweep.analysis.statistics import Estimate
 from ddsweep.analysis.text import interval_meaningful, no_interval
 from ddsweep.analysis.ties import RULE, point_cost
+from ddsweep.report.launch import launch_of
+from ddsweep.report.quality import quality_caveats
 
 CHAIN_KIND = "dflash"
 MAX_CAVEATS = 2

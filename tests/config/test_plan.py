@@ -14,8 +14,10 @@ import pytest
 import yaml
 from configs import study_yaml
 from conftest import copy_workflow, demo_config
+from faketransformers import fake_transformers
 
 from ddsweep.adaptive.stages import format_stage_plan, is_adaptive, strategy_choice
+from ddsweep.cli import main
 from ddsweep.config.plan import (
     cell_requests,
     cell_share,
@@ -168,6 +170,25 @@ def test_plan_command_writes_the_plan_document(tmp_path):
     assert entry["tree"] == {"rule": "ddtree-pr29907", "shape": "tree", "width": 2, "depth_limit": 7, "nodes": 8,
                              "verify_width": 9}
     assert "10 points; 8 distinct server configurations; 8 jobs will run" in result.stdout
+    # the stand-in counts tokens its own way: each point checks its contexts through /tokenize at run time
+    assert document["infeasible_cells"] == [] and "simulated study" in document["infeasible_cells_checked_with"]
+    assert "Benchmark cells: benchmark contexts were not checked" in result.stdout
+
+
+def test_plan_names_the_contexts_no_prompt_can_be_sized_to_with_the_model_directorys_tokenizer(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "transformers", fake_transformers())
+    overlay = tmp_path / "real.yaml"
+    overlay.write_text(yaml.safe_dump({"simulated": False, "target": {"model_path": str(tmp_path)},
+                                       "benchmark": {"contexts": [8, 128, 2048]}}))
+    monkeypatch.chdir(ROOT)
+    assert main(["plan", "-c", "config/config.yaml", ".test/config.yaml", str(overlay),
+                 "--write", str(tmp_path / "plan.json")]) == 0
+    cells = json.loads((tmp_path / "plan.json").read_text())["infeasible_cells"]
+    assert {(c["workload"], c["context"]) for c in cells} == {("coding", 8)}  # 128 and 2048 are measurable
+    out = capsys.readouterr().out
+    assert f"Benchmark cells no point can measure (checked with the tokenizer of {tmp_path})" in out
+    assert "  coding ctx=8: workload coding: no prompt can be sized to context 8" in out
 
 
 def _dry_run(workdir: Path, *configfiles: str) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 import realsglang
+import yaml
 
+from ddsweep.bench.feasibility import local_tokenizer
 from ddsweep.bench.records import RequestRecord, run_request
 from ddsweep.bench.transport import make_transport
 from ddsweep.point.lifecycle import SERVER_INFO_PATHS, owned_processes, verify_settings
@@ -102,6 +106,35 @@ def test_tokenize_with_prompt_and_with_messages(real: realsglang.RealServer) -> 
     text = httpx.post(real.url + "/tokenize", json={"text": "x"})
     assert both.status_code == 400 and text.status_code == 400 and text.json()["object"] == "error"
 
+
+
+def test_the_model_directorys_tokenizer_counts_as_the_server_does(real: realsglang.RealServer) -> None:
+    # the count `ddsweep plan` and the preflight size prompts with before any server starts
+    tokenize, source = local_tokenizer({"target": {"model_path": real.manifest["model_dir"]}})
+    assert tokenize is not None, source
+    messages = [{"role": "user", "content": PROMPT}]
+    assert tokenize({"prompt": PROMPT}) == httpx.post(real.url + "/tokenize", json={"prompt": PROMPT}).json()["tokens"]
+    assert tokenize({"messages": messages}) == httpx.post(real.url + "/v1/tokenize",
+                                                          json={"messages": messages}).json()["tokens"]
+
+
+def test_plan_reports_a_context_shorter_than_the_shortest_prompt_from_the_model_directory(tmp_path: Path) -> None:
+    doc = realsglang.manifest()
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(yaml.safe_dump({"target": {"model_path": doc["model_dir"]},
+                                       "drafter": {"model_path": doc["model_dir"]},
+                                       "benchmark": {"contexts": [128, 512]}}))
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run([sys.executable, "-m", "ddsweep", "plan", "-c", "config/config.yaml",
+                             ".test/real-sglang.yaml", str(overlay), "--write", str(tmp_path / "plan.json")],
+                            cwd=root, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    (cell,) = plan["infeasible_cells"]
+    assert (cell["workload"], cell["context"]) == ("coding", 128)
+    assert "no prompt can be sized to context 128" in cell["reason"]
+    assert plan["infeasible_cells_checked_with"] == f"the tokenizer of {doc['model_dir']}"
+    assert "Benchmark cells no point can measure" in result.stdout and "coding ctx=128: " in result.stdout
 
 def test_generate_non_streamed_and_streamed(real: realsglang.RealServer) -> None:
     sampling = {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True}

@@ -12,7 +12,7 @@ import time
 
 import pytest
 from conftest import demo_config, demo_record
-from test_feasibility_tokenizer import fake_transformers
+from faketransformers import fake_transformers
 from test_lifecycle import NO_CODING, owned_processes_of_port
 
 from ddsweep.analysis.results import failed_cells_text, load_results

@@ -14,6 +14,7 @@ from ddsweep.adaptive.funnel import funnel
 from ddsweep.adaptive.race import race_round
 from ddsweep.adaptive.selection import select_round
 from ddsweep.adaptive.stages import confirm_launches, format_stage_plan, screen_ids, strategy_choice
+from ddsweep.bench.feasibility import matrix_check, matrix_report
 from ddsweep.config.plan import format_plan, plan_document
 from ddsweep.config.study import ConfigError, add_config_arguments, config_from_args
 from ddsweep.report.funnel_section import render_funnel
@@ -72,15 +73,19 @@ def _run_plan(args: argparse.Namespace) -> int:
         print(f"ddsweep plan: {exc}", file=sys.stderr)
         return 2
     on_slurm = args.executor == "slurm"
+    cells, source = matrix_check(config)
     if args.write:
-        write_json_atomic(args.write, {**plan_document(config, on_slurm), "strategy": strategy_choice(config)})
+        write_json_atomic(args.write, {**plan_document(config, on_slurm), "strategy": strategy_choice(config),
+                                       "infeasible_cells": cells, "infeasible_cells_checked_with": source})
     print(format_plan(config, format_stage_plan(config), on_slurm))
+    print(matrix_report(cells, source))
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `plan`, `select` and `funnel` subcommands."""
-    text = "print the expanded sweep, effective trees, alias groups and a GPU-time estimate"
+    text = ("print the expanded sweep, effective trees, alias groups, a GPU-time estimate and the benchmark cells "
+            "no point can measure (from the model's tokenizer)")
     parser = subparsers.add_parser("plan", help=text, description=text)
     add_config_arguments(parser)
     parser.add_argument("--write", metavar="FILE", help="also write the plan as JSON (results/plan.json)")

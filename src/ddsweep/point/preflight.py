@@ -34,8 +34,8 @@ from ddsweep.config.study import (
     config_from_args,
     expand_points,
 )
-from ddsweep.point.feasibility import describe as describe_cells
-from ddsweep.point.feasibility import matrix_check
+from ddsweep.bench.feasibility import describe as describe_cells
+from ddsweep.bench.feasibility import matrix_check
 from ddsweep.point.lifecycle import render_server
 from ddsweep.storage import write_json_atomic
 

@@ -34,8 +34,8 @@ from ddsweep.point.failures import (
     previous_failure,
     record_digest,
 )
-from ddsweep.point.feasibility import describe as describe_infeasible
-from ddsweep.point.feasibility import infeasible_cells, without_cells
+from ddsweep.bench.feasibility import describe as describe_infeasible
+from ddsweep.bench.feasibility import infeasible_cells, without_cells
 from ddsweep.point.gpus import check_gpus
 from ddsweep.point.lifecycle import (
     ManagedServer,

@@ -1,13 +1,9 @@
-"""The preflight's local tokenizer counts a chat prompt as SGLang's /tokenize does: the template rendered to text,
-then encoded (transformers 5 answers apply_chat_template(tokenize=True) with a dict, whose keys are no ids)."""
+"""A `transformers` stand-in for the local-tokenizer checks (the preflight's and `ddsweep plan`'s): it loads a
+tokenizer with transformers 5's chat-template behaviour from any directory, one id per 4 characters."""
 
 from __future__ import annotations
 
-import sys
 import types
-from pathlib import Path
-
-from ddsweep.point.feasibility import local_tokenizer
 
 
 def ids_of(text: str) -> list[int]:
@@ -32,12 +28,3 @@ class FakeTokenizer:
 
     def __call__(self, text: str, add_special_tokens: bool = True) -> dict:
         return {"input_ids": ([1] if add_special_tokens else []) + ids_of(text)}
-
-
-def test_a_chat_prompt_is_counted_in_tokens_of_its_rendered_text(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, "transformers", fake_transformers())
-    tokenize, source = local_tokenizer({"target": {"model_path": str(tmp_path)}})
-    assert tokenize is not None and str(tmp_path) in source
-    ids = tokenize({"messages": [{"role": "user", "content": "def f(x):"}]})
-    assert ids == ids_of("<user>def f(x):<assistant>") and len(ids) == 7  # not 2, the keys of the dict
-    assert tokenize({"prompt": "abcd"}) == [1, 394]

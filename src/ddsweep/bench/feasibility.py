@@ -2,8 +2,8 @@
 shortest prompt as the server's tokenizer counts it, or longer than its padding allows).
 
 Found against the running server's `/tokenize` before the benchmark starts; those (workload, context) cells are
-recorded as infeasible (status.json `infeasible_cells`) and the rest of the matrix is measured. The preflight
-finds them before any server starts with the model directory's tokenizer, where it loads."""
+recorded as infeasible (status.json `infeasible_cells`) and the rest of the matrix is measured. `ddsweep plan`
+and the preflight find them before any server starts with the model directory's tokenizer, where it loads."""
 
 from __future__ import annotations
 
@@ -98,3 +98,15 @@ def without_cells(settings: BenchSettings, infeasible: list[dict[str, Any]]) -> 
 def describe(infeasible: list[dict[str, Any]]) -> str:
     """The infeasible cells in one line: `chat ctx=128 (no prompt can be sized ...)`."""
     return "; ".join(f"{c['workload']} ctx={c['context']} ({c['reason']})" for c in infeasible)
+
+
+def matrix_report(cells: list[dict[str, Any]], source: str) -> str:
+    """What `ddsweep plan` prints of `matrix_check`: the cells no point can measure, every cell measurable, or why
+    the contexts were not checked."""
+    if cells:
+        return "\n".join([f"Benchmark cells no point can measure (checked with {source}); every point records them "
+                          "as infeasible and measures the rest:"]
+                         + [f"  {c['workload']} ctx={c['context']}: {c['reason']}" for c in cells])
+    if source.startswith("benchmark contexts"):
+        return f"Benchmark cells: {source}"
+    return f"Benchmark cells: every workload's prompts can be sized to every context (checked with {source})."

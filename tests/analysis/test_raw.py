@@ -94,3 +94,19 @@ def test_request_records_win_over_cells_json_and_stored_bounds_are_never_read(tm
                    ["output_throughput_tok_s"] for rep in range(3)) / 3
     row = groups[(groups["point_id"] == "bs8-b8-t4-w2048") & (groups["metric"] == "output_throughput_tok_s")]
     assert math.isclose(float(row["mean"].iloc[0]), expected)
+
+
+def test_the_gpus_energy_per_token_reaches_the_cell_rows_from_cells_json(tmp_path: Path) -> None:
+    results_dir = write_results(drafter_bound_set(), tmp_path)
+    point = results_dir / "points" / "bs8-b8-t4-w2048" / "bench"
+    recs = [r for rep in range(3) for r in records(7, rep)]
+    (point / "requests.jsonl").write_text("".join(json.dumps(asdict(r)) + "\n" for r in recs))
+    cells = json.loads((point / "cells.json").read_text())
+    cells["cells"] = [{"workload": "", "context": 128, "concurrency": 4, "repeat": rep,
+                       "energy_j_per_output_token": 0.5 + rep,
+                       "gpu": {"power_w_mean": 600.0 + rep, "utilization_pct_mean": 90.0}} for rep in (0, 2)]
+    (point / "cells.json").write_text(json.dumps(cells))
+    mine = load_results(results_dir).cells.query("point_id == 'bs8-b8-t4-w2048'").set_index("repeat")
+    assert list(mine["energy_j_per_output_token"].loc[[0, 2]]) == [0.5, 2.5]
+    assert list(mine["gpu_power_w_mean"].loc[[0, 2]]) == [600.0, 602.0]
+    assert math.isnan(mine["energy_j_per_output_token"].loc[1])  # no GPU record for that repeat: empty, not guessed

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ddsweep.bench.feasibility import describe as describe_cells
+from ddsweep.bench.feasibility import matrix_check
 from ddsweep.config.presets import Build, library_builds
 from ddsweep.config.records import point_record
 from ddsweep.config.study import (
@@ -34,8 +36,6 @@ from ddsweep.config.study import (
     config_from_args,
     expand_points,
 )
-from ddsweep.bench.feasibility import describe as describe_cells
-from ddsweep.bench.feasibility import matrix_check
 from ddsweep.point.lifecycle import render_server
 from ddsweep.storage import write_json_atomic
 

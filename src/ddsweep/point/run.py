@@ -21,6 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ddsweep.bench.feasibility import describe as describe_infeasible
+from ddsweep.bench.feasibility import infeasible_cells, without_cells
 from ddsweep.config.knobs import KNOBS
 from ddsweep.config.operational import with_operations
 from ddsweep.config.records import point_record
@@ -34,8 +36,6 @@ from ddsweep.point.failures import (
     previous_failure,
     record_digest,
 )
-from ddsweep.bench.feasibility import describe as describe_infeasible
-from ddsweep.bench.feasibility import infeasible_cells, without_cells
 from ddsweep.point.gpus import check_gpus
 from ddsweep.point.lifecycle import (
     ManagedServer,

@@ -11,6 +11,7 @@ from ddsweep.adaptive.stages import (
     format_stage_plan,
     race_bound,
     race_expected,
+    screen_benchmark,
     screen_record,
     stage_estimates,
 )
@@ -144,3 +145,14 @@ def test_the_expected_confirmation_counts_race_keep_per_priority_running_the_lat
     entering = stage_estimates(config)["grid"]["points"]  # every point survives the screening here
     assert cap < entering and capped < uncapped
     assert f"expected {cap} (race_keep per priority" in stage_plan(expected(1)[2])
+
+
+def test_the_stage_estimates_count_every_screening_cell_as_at_least_its_window():
+    def screen_min(window_s: float) -> float:
+        config = demo_config(sweep={"strategy": "adaptive"}, benchmark={"min_window_s": window_s},
+                             resources={"estimate": {"startup_min": 1.0, "cell_min": 0.01, "coding_min": 0.0}})
+        return stage_estimates(config)["screen"]["worst_min"] / stage_estimates(config)["screen"]["points"]
+
+    cells = len(benchmark_cells(screen_benchmark(demo_config(sweep={"strategy": "adaptive"}))))
+    assert screen_min(0) == pytest.approx(1.0 + cells * 0.01, rel=0.5)  # counted cells: their configured time
+    assert screen_min(120) == pytest.approx(1.0 + cells * 2.0)  # two minutes a cell, however few its requests

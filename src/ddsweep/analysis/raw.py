@@ -141,3 +141,13 @@ def figures_from_cells_document(cells: dict[str, Any]) -> list[dict[str, Any]]:
             **quality(cell.get("window") or {}, cell.get("stalls") or {}, cell.get("saturation") or {}),
         })
     return rows
+
+
+def gpu_figures(cell: dict[str, Any] | None) -> dict[str, float]:
+    """What the GPUs did during a cell, from its cells.json record (NVML; no request record holds it): energy per
+    output token, mean power and utilisation; NaN where the cell has no GPU record (simulated, or no NVML)."""
+    cell = cell or {}
+    gpu = cell.get("gpu") if isinstance(cell.get("gpu"), dict) else {}
+    return {"energy_j_per_output_token": _nan(_num(cell.get("energy_j_per_output_token"))),
+            "gpu_power_w_mean": _nan(_num(gpu.get("power_w_mean"))),
+            "gpu_utilization_pct_mean": _nan(_num(gpu.get("utilization_pct_mean")))}

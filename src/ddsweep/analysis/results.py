@@ -23,7 +23,7 @@ from ddsweep.analysis.launch_model import (
     launch_intervals,
     read_launch_map,
 )
-from ddsweep.analysis.raw import figures_from_cells_document, figures_from_requests
+from ddsweep.analysis.raw import figures_from_cells_document, figures_from_requests, gpu_figures
 from ddsweep.analysis.statistics import mean_interval
 from ddsweep.analysis.text import first_line
 from ddsweep.config.knobs import KNOBS
@@ -466,27 +466,14 @@ def _cell_rows(record: PointRecord, cells: dict[str, Any] | None, requests: list
     # A failed cell of a partial point enters no figure; its other cells count.
     failed = {(c.get("workload", ""), c.get("context"), c.get("concurrency"), c.get("repeat"))
               for c in record.failed_cells}
-    cell_rows = [{**r, **gpu_columns(cells, _cell_key(r))} for r in cell_rows if _cell_key(r) not in failed]
+    recorded = {_cell_key(c): c for c in (cells or {}).get("cells") or [] if isinstance(c, dict)}
+    cell_rows = [{**r, **gpu_figures(recorded.get(_cell_key(r)))} for r in cell_rows if _cell_key(r) not in failed]
     request_rows = [r for r in request_rows if _cell_key(r) not in failed]
     primary = primary_workload(record, cell_rows)
     # The decisions compare points on the primary (first configured) workload; every workload's cells stay
     # in the requests frame for acceptance per workload.
     return ([{**base, **row} for row in cell_rows if row.get("workload", "") == primary],
             [{"point_id": record.point_id, **row} for row in request_rows])
-
-
-def gpu_columns(cells: dict[str, Any] | None, key: tuple) -> dict[str, float]:
-    """What the GPUs did during the cell (cells.json's NVML summary, which no request record holds): energy per
-    output token, mean power and utilisation; NaN where the cell has no GPU record (simulated, or no NVML)."""
-    found = next((c for c in (cells or {}).get("cells") or [] if isinstance(c, dict) and _cell_key(c) == key), {})
-    gpu = found.get("gpu") if isinstance(found.get("gpu"), dict) else {}
-
-    def number(value: Any) -> float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return float(value) if ok else math.nan
-    return {"energy_j_per_output_token": number(found.get("energy_j_per_output_token")),
-            "gpu_power_w_mean": number(gpu.get("power_w_mean")),
-            "gpu_utilization_pct_mean": number(gpu.get("utilization_pct_mean"))}
 
 
 def _cell_key(row: dict[str, Any]) -> tuple:

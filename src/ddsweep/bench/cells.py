@@ -23,7 +23,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 from ddsweep import storage
 from ddsweep.bench import metrics
 from ddsweep.bench.closed_loop import LoopState, StopRule, run_cell, window_record
+from ddsweep.bench.feasibility import unbuildable_cells
 from ddsweep.bench.gpu_sampler import GpuSampler
 from ddsweep.bench.records import RequestRecord, cache_check, cell_figures, group_figures
 from ddsweep.bench.transport import Transport, make_transport
@@ -152,6 +153,36 @@ class TokenizeClient:
             for conn in self._open:
                 conn.close()
             self._open.clear()
+
+
+def infeasible_cells(url: str, settings: BenchSettings) -> list[dict[str, Any]]:
+    """The cells no prompt can be sized to (bench.feasibility) as the server at `url` counts tokens (its
+    `/tokenize`)."""
+    tokenizer = TokenizeClient(url)
+    matrix = {"workloads": settings.workloads, "contexts": settings.contexts, "seed": settings.seed}
+    try:
+        return unbuildable_cells(tokenizer, matrix)
+    except (TokenizeError, KeyError) as exc:
+        raise BenchmarkError(f"could not count prompt tokens with {url}/tokenize while checking which contexts "
+                             f"the workloads can build: {type(exc).__name__}: {exc}") from exc
+    except WorkloadError as exc:
+        raise BenchmarkError(str(exc)) from exc
+    finally:
+        tokenizer.close()
+
+
+def without_cells(settings: BenchSettings, infeasible: list[dict[str, Any]]) -> BenchSettings | None:
+    """`settings` without the infeasible (workload, context) cells; None when no cell is left."""
+    if not infeasible:
+        return settings
+    drop = {(cell["workload"], cell["context"]) for cell in infeasible}
+    workloads = []
+    for entry in settings.workloads:
+        workload = Workload.from_config(entry)
+        contexts = [c for c in workload.contexts or settings.contexts if (workload.name, c) not in drop]
+        if contexts:
+            workloads.append({**entry, "contexts": contexts})
+    return replace(settings, workloads=workloads) if workloads else None
 
 
 class PromptSupply:

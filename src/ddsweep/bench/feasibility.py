@@ -1,46 +1,33 @@
 """Benchmark cells a point cannot measure: a context no prompt of a workload can be sized to (shorter than its
 shortest prompt as the server's tokenizer counts it, or longer than its padding allows).
 
-Found against the running server's `/tokenize` before the benchmark starts; those (workload, context) cells are
-recorded as infeasible (status.json `infeasible_cells`) and the rest of the matrix is measured. `ddsweep plan`
-and the preflight find them before any server starts with the model directory's tokenizer, where it loads."""
+Found against the running server's `/tokenize` before the benchmark starts (`bench.cells.infeasible_cells`);
+those (workload, context) cells are recorded as infeasible (status.json `infeasible_cells`) and the rest of the
+matrix is measured. `ddsweep plan` and the preflight find them before any server starts with the model
+directory's tokenizer, where it loads. Nothing here needs the HTTP client: `ddsweep plan` runs in the analysis
+environment."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
-from ddsweep.bench.cells import BenchmarkError, BenchSettings, TokenizeClient, TokenizeError
 from ddsweep.bench.workloads import PromptBuilder, TokenizeFn, Workload, WorkloadError
 
 
-def unbuildable_cells(tokenize: TokenizeFn, settings: BenchSettings) -> list[dict[str, Any]]:
-    """Each (workload, context) of the matrix whose first prompt cannot be built, with the builder's reason."""
+def unbuildable_cells(tokenize: TokenizeFn, bench: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each (workload, context) of the matrix (`benchmark`'s workloads, contexts and seed) whose first prompt cannot
+    be built, with the builder's reason."""
     found = []
-    for entry in settings.workloads:
+    for entry in bench["workloads"]:
         workload = Workload.from_config(entry)
-        builder = PromptBuilder(workload, tokenize, settings.seed)
-        for context in workload.contexts or settings.contexts:
+        builder = PromptBuilder(workload, tokenize, bench["seed"])
+        for context in workload.contexts or bench["contexts"]:
             try:
                 builder.build(context, 0)
             except WorkloadError as exc:
                 found.append({"workload": workload.name, "context": context, "reason": str(exc)})
     return found
-
-
-def infeasible_cells(url: str, settings: BenchSettings) -> list[dict[str, Any]]:
-    """The unbuildable cells as the server at `url` counts tokens (its `/tokenize`)."""
-    tokenizer = TokenizeClient(url)
-    try:
-        return unbuildable_cells(tokenizer, settings)
-    except (TokenizeError, KeyError) as exc:
-        raise BenchmarkError(f"could not count prompt tokens with {url}/tokenize while checking which contexts "
-                             f"the workloads can build: {type(exc).__name__}: {exc}") from exc
-    except WorkloadError as exc:
-        raise BenchmarkError(str(exc)) from exc
-    finally:
-        tokenizer.close()
 
 
 def local_tokenizer(config: dict) -> tuple[TokenizeFn | None, str]:
@@ -73,26 +60,10 @@ def matrix_check(config: dict) -> tuple[list[dict[str, Any]], str]:
     tokenize, source = local_tokenizer(config)
     if tokenize is None:
         return [], f"benchmark contexts were not checked against the prompts' sizes: {source}"
-    bench = config["benchmark"]
-    settings = BenchSettings(**{k: v for k, v in bench.items() if k in BenchSettings.__dataclass_fields__})
     try:
-        return unbuildable_cells(tokenize, settings), source
-    except (WorkloadError, KeyError, ValueError) as exc:
+        return unbuildable_cells(tokenize, config["benchmark"]), source
+    except (WorkloadError, KeyError, ValueError, OSError) as exc:
         return [], f"benchmark contexts were not checked with {source}: {type(exc).__name__}: {exc}"
-
-
-def without_cells(settings: BenchSettings, infeasible: list[dict[str, Any]]) -> BenchSettings | None:
-    """`settings` without the infeasible (workload, context) cells; None when no cell is left."""
-    if not infeasible:
-        return settings
-    drop = {(cell["workload"], cell["context"]) for cell in infeasible}
-    workloads = []
-    for entry in settings.workloads:
-        workload = Workload.from_config(entry)
-        contexts = [c for c in workload.contexts or settings.contexts if (workload.name, c) not in drop]
-        if contexts:
-            workloads.append({**entry, "contexts": contexts})
-    return dataclasses.replace(settings, workloads=workloads) if workloads else None
 
 
 def describe(infeasible: list[dict[str, Any]]) -> str:

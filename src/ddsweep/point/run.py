@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from ddsweep.bench.feasibility import describe as describe_infeasible
-from ddsweep.bench.feasibility import infeasible_cells, without_cells
 from ddsweep.config.knobs import KNOBS
 from ddsweep.config.operational import with_operations
 from ddsweep.config.records import point_record
@@ -272,7 +271,7 @@ def _with_failed_cells(message: str, out_dir: Path) -> str:
 def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun,
                progress: Callable[[str], None]) -> None:
     """Run the benchmark matrix against the server."""
-    from ddsweep.bench.cells import BenchmarkError, BenchSettings, run_benchmark
+    from ddsweep.bench.cells import BenchmarkError, BenchSettings, infeasible_cells, run_benchmark, without_cells
 
     bench = record["benchmark"]
     settings = BenchSettings(**{k: v for k, v in bench.items() if k in BenchSettings.__dataclass_fields__})

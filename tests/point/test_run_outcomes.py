@@ -17,7 +17,7 @@ from test_lifecycle import NO_CODING, owned_processes_of_port
 
 from ddsweep.analysis.results import failed_cells_text, load_results
 from ddsweep.point.preflight import check_matrix
-from ddsweep.point.run import PointFailed, run_point
+from ddsweep.point.run import PointFailed, parse_slurm_duration, run_point
 
 
 def _run_point(record: dict, out, done, *extra: str) -> subprocess.Popen:
@@ -78,6 +78,37 @@ def test_sigterm_to_run_point_and_server_at_once_mid_benchmark_is_an_interruptio
     assert not done.exists()
     assert len(requests.read_text().splitlines()) >= 3  # the measurements taken before the signal are kept
     assert owned_processes_of_port(port) == []
+
+
+@pytest.mark.slow
+def test_a_point_stops_itself_before_its_slurm_time_limit_and_its_last_attempt_is_recorded(tmp_path):
+    # a Slurm job with 9 s left (squeue -o %L, faked) and a lead of 5 s: the point stops itself 4 s in
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text('#!/bin/sh\n[ "$3" = 4242 ] && [ "$5" = %L ] && echo 0:09\n')
+    (bin_dir / "squeue").chmod(0o755)
+    env = {**os.environ, "SLURM_JOB_ID": "4242", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    record = demo_record("ar", sim_args=["--sim-step-ms", "20"], benchmark={"requests_per_cell": 8, "repeats": 1},
+                         sweep={"launches": 1}, **NO_CODING)
+    out, done = tmp_path / "p", tmp_path / "p" / "done.json"
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "ddsweep", "run-point", "--record", json.dumps(record), "--out",
+                           str(out), "--done", str(done), "--attempt", "2", "--attempts", "2",
+                           "--time-limit-lead-s", "5"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr  # the last attempt: recorded, so the aggregate rules run
+    assert time.monotonic() - started < 30  # the matrix alone outlasts this by far
+    failure = json.loads((out / "failure.json").read_text())
+    assert failure["error_kind"] == "interrupted" and "the Slurm job's time limit (stopped 5 s before it" in \
+        failure["error"], failure
+    assert failure["steps"]["stop"] == "ok" and failure["persisted"] is True
+    record_done = json.loads(done.read_text())
+    assert record_done["persisted"] is True and record_done["error_kind"] == "interrupted"
+
+
+def test_slurm_durations_are_read_in_every_form_squeue_prints() -> None:
+    assert [parse_slurm_duration(t) for t in ("45", "2:30", "1:02:03", "3-04:05:06", "1-02")] == [
+        45, 150, 3723, 273906, 93600]
+    assert parse_slurm_duration("UNLIMITED") is None and parse_slurm_duration("NOT_SET") is None
 
 
 def _matrix(record: dict, **bench: object) -> dict:

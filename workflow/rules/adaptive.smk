@@ -47,7 +47,7 @@ rule screen_point:
         record=lambda wildcards: record_json(screen_record(STUDY, adaptive_point(wildcards))),
         outdir=lambda wildcards: f"results/screen/{wildcards.apoint}",
     shell:
-        'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --preflight {input.preflight} --out {params.outdir} --done {output.done} --attempt {resources.attempt} --attempts {resources.attempts} > {log} 2>&1 '
+        'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --preflight {input.preflight} --out {params.outdir} --done {output.done} --attempt {resources.attempt} --attempts {resources.attempts} --time-limit-lead-s {resources.time_limit_lead_s} > {log} 2>&1 '
         "|| (tail -n 30 {log} >&2; exit 1)"
 
 
@@ -103,7 +103,7 @@ rule confirm_launch:
         record=lambda wildcards: record_json(confirm_record(STUDY, adaptive_point(wildcards), int(wildcards.launch))),
         outdir=lambda wildcards: f"results/confirm/{wildcards.apoint}/launch-{wildcards.launch}",
     shell:
-        'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --preflight {input.preflight} --out {params.outdir} --done {output.done} --attempt {resources.attempt} --attempts {resources.attempts} > {log} 2>&1 '
+        'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --preflight {input.preflight} --out {params.outdir} --done {output.done} --attempt {resources.attempt} --attempts {resources.attempts} --time-limit-lead-s {resources.time_limit_lead_s} > {log} 2>&1 '
         "|| (tail -n 30 {log} >&2; exit 1)"
 
 

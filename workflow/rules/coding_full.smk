@@ -50,5 +50,5 @@ rule coding_full:
         record=lambda wildcards: record_json(coding_full_record(STUDY, resolve_point(STUDY, wildcards.pick))),
         outdir=lambda wildcards: f"results/coding_full/{wildcards.pick}",
     shell:
-        'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --preflight {input.preflight} --out {params.outdir} --done {output.done} --attempt {resources.attempt} --attempts {resources.attempts} > {log} 2>&1 '
+        'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --preflight {input.preflight} --out {params.outdir} --done {output.done} --attempt {resources.attempt} --attempts {resources.attempts} --time-limit-lead-s {resources.time_limit_lead_s} > {log} 2>&1 '
         "|| (tail -n 30 {log} >&2; exit 1)"

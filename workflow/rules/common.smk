@@ -180,12 +180,15 @@ def point_job_resources(slurm_extra=None):
         # recorded as the job's result of this invocation (`ddsweep run-point --attempt`), dropped at the next start
         "attempt": lambda wildcards, attempt: attempt,
         "attempts": RESOURCES["retries"] + 1,
+        # under Slurm the point stops itself this long before the job's time limit (`--time-limit-lead-s`): its
+        # job ends on its own, where a signal would also stop the Snakemake that runs it and lose the record
+        "time_limit_lead_s": RESOURCES.get("signal_lead_s", 120),
     }
 
 
 def slurm_extra_flags(nodelist=None):
     """sbatch flags the plugin has no resource for: whole nodes, node list (the study's, unless a job is pinned to
-    `nodelist`), the pre-timeout signal, one task per node."""
+    `nodelist`), one task per node."""
     gpus = RESOURCES.get("gpus", 8)
     exclusive = RESOURCES.get("exclusive")
     nodelist = nodelist or RESOURCES.get("nodelist")
@@ -194,8 +197,6 @@ def slurm_extra_flags(nodelist=None):
         flags.append("--exclusive")
     if nodelist:
         flags.append(f"--nodelist={nodelist}")
-    if RESOURCES.get("signal_lead_s", 120):
-        flags.append(f"--signal=TERM@{RESOURCES.get('signal_lead_s', 120)}")
     if RESOURCES.get("nodes", 1) > 1:
         flags.append("--ntasks-per-node=1")
     if RESOURCES.get("slurm_extra"):

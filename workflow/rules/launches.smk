@@ -43,7 +43,7 @@ if LAUNCHES > 1:
             record=lambda wildcards: record_json(launch_record(STUDY, POINTS[wildcards.point], int(wildcards.launch))),
             outdir=lambda wildcards: f"results/launches/{wildcards.point}/launch-{wildcards.launch}",
         shell:
-            'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --preflight {input.preflight} --out {params.outdir} --done {output.done} --attempt {resources.attempt} --attempts {resources.attempts} > {log} 2>&1 '
+            'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --preflight {input.preflight} --out {params.outdir} --done {output.done} --attempt {resources.attempt} --attempts {resources.attempts} --time-limit-lead-s {resources.time_limit_lead_s} > {log} 2>&1 '
             "|| (tail -n 30 {log} >&2; exit 1)"
 
     rule merge_point_launches:

@@ -29,5 +29,5 @@ rule run_point:
         record=point_record_json,
         outdir=lambda wildcards: f"results/points/{wildcards.point}",
     shell:
-        'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --preflight {input.preflight} --out {params.outdir} --done {output.done} --attempt {resources.attempt} --attempts {resources.attempts} > {log} 2>&1 '
+        'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --preflight {input.preflight} --out {params.outdir} --done {output.done} --attempt {resources.attempt} --attempts {resources.attempts} --time-limit-lead-s {resources.time_limit_lead_s} > {log} 2>&1 '
         "|| (tail -n 30 {log} >&2; exit 1)"

@@ -49,5 +49,5 @@ rule reference_run:
         record=lambda wildcards: record_json(reference_record(STUDY, REFERENCE)),
         outdir=lambda wildcards: f"results/reference/end-{wildcards.host}",
     shell:
-        'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --out {params.outdir} --done {output.done} --attempt {resources.attempt} --attempts {resources.attempts} > {log} 2>&1 '
+        'ddsweep run-point --record {params.record:q} --operations-json "$DDSWEEP_OPERATIONS" --out {params.outdir} --done {output.done} --attempt {resources.attempt} --attempts {resources.attempts} --time-limit-lead-s {resources.time_limit_lead_s} > {log} 2>&1 '
         "|| (tail -n 30 {log} >&2; exit 1)"

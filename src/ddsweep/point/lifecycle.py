@@ -238,6 +238,11 @@ class ManagedServer:
         raise ServerError("verify", f"{self.spec.url} answers neither /server_info nor /get_server_info "
                           f"({'; '.join(answers)})")
 
+    def terminate(self) -> None:
+        """SIGTERM the server's process group without waiting, as a signal to the whole job would (stop() follows)."""
+        if self.process is not None:
+            _signal_group(self.process.pid, signal.SIGTERM)
+
     def stop(self) -> list[int]:
         """SIGTERM the process group, wait, then SIGKILL it and every process carrying our owner token.
 

@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -147,15 +148,50 @@ def _archive_previous_attempt(out_dir: Path) -> None:
         entry.rename(target / entry.name)
 
 
-def _install_signal_handlers(received: list[str]) -> dict:
-    """Turn SIGTERM/SIGINT/SIGHUP into an Interrupted exception so the server is always stopped; `received` keeps the
-    signal's name, because the exception can be swallowed (e.g. inside an event loop) while Slurm's signal, sent
-    to every process of the job step, also stops the server and makes the step in progress fail."""
+def _install_signal_handlers(received: list[str], time_limit: str = "",
+                             on_time_limit: Callable[[], None] | None = None) -> dict:
+    """Turn SIGTERM/SIGINT/SIGHUP, and SIGALRM (the alarm set before the job's time limit, named `time_limit`),
+    into an Interrupted exception so the server is always stopped; `received` keeps the cause, because the
+    exception can be swallowed (e.g. inside an event loop) while a signal sent to every process of the job also
+    stops the server and makes the step in progress fail. The alarm reaches run-point alone: `on_time_limit`
+    signals the server as the job's signal would."""
     def handler(signum: int, _frame: object) -> None:
-        received.append(signal.Signals(signum).name)
-        raise Interrupted(signal.Signals(signum).name)
+        alarm = signum == signal.SIGALRM
+        cause = time_limit if alarm and time_limit else signal.Signals(signum).name
+        received.append(cause)
+        if alarm and on_time_limit is not None:
+            on_time_limit()
+        raise Interrupted(cause)
 
-    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM)}
+
+
+def slurm_time_left_s() -> float | None:
+    """Seconds left before this Slurm job's time limit (`squeue -o %L`), or None outside a job, without a limit,
+    or when squeue does not answer."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job or not shutil.which("squeue"):
+        return None
+    try:
+        answer = subprocess.run(["squeue", "-h", "-j", job, "-o", "%L"], capture_output=True, text=True,
+                                timeout=30, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_slurm_duration(answer)
+
+
+def parse_slurm_duration(text: str) -> float | None:
+    """Seconds of a Slurm duration (`days-hours[:minutes[:seconds]]`, `hours:minutes:seconds`, `minutes:seconds`,
+    `seconds`); None for UNLIMITED, NOT_SET or anything else."""
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+(?::\d+){0,2})", text.strip())
+    if not match:
+        return None
+    days, clock = match.groups()
+    parts = [int(x) for x in clock.split(":")]
+    if days is not None:  # after days the first field is hours
+        parts += [0] * (3 - len(parts))
+    hours, minutes, seconds = [0] * (3 - len(parts)) + parts
+    return float(((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 
 def _write_point_file(record: dict, spec: ServerSpec, out_dir: Path, run: PointRun) -> None:
@@ -315,11 +351,13 @@ def _coding_eval(record: dict, server: ManagedServer, out_dir: Path, run: PointR
 
 
 def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _stderr,
-              preflight: Path | None = None) -> dict:
+              preflight: Path | None = None, time_limit_lead_s: float = 0) -> dict:
     """Run one point end to end; returns the status record, raises PointFailed (after writing failure.json).
 
     `preflight`: the preflight result of the point's preset; when it records errors (`sweep.on_preflight_error:
-    record`), the point fails with them as its result and no server is started."""
+    record`), the point fails with them as its result and no server is started. `time_limit_lead_s`: inside a
+    Slurm job with a time limit, the point stops itself (as if interrupted) that long before the limit, so its
+    job ends on its own instead of being signalled with the Snakemake that runs it (0: off)."""
     out_dir = Path(out_dir)
     _archive_previous_attempt(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -338,7 +376,12 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
             classified_by=exc.classification.why, attempt=attempt, record_sha256=digest))
         return exc
     received: list[str] = []
-    previous = _install_signal_handlers(received)
+    left = slurm_time_left_s() if time_limit_lead_s > 0 else None
+    cause = f"the Slurm job's time limit (stopped {time_limit_lead_s:g} s before it, resources.signal_lead_s)"
+    live: list[ManagedServer] = []
+    previous = _install_signal_handlers(received, cause, lambda: [started.terminate() for started in live])
+    if left is not None:
+        signal.setitimer(signal.ITIMER_REAL, max(1.0, left - time_limit_lead_s))
     server: ManagedServer | None = None
     try:
         try:
@@ -347,6 +390,7 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
                 _stop_after_preflight(record, out_dir, run, refused)
             run.steps["server"] = "started"
             server = _start_server(record, out_dir, run, progress)
+            live.append(server)
             run.steps["server"] = "ok"
             info = _verify(server, out_dir, run)
             run.steps["verify"] = "ok"
@@ -383,6 +427,7 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
         error.classification = error.classification or classify("io", "", {}, digest, None)
         raise error from exc
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     status = run.record("ok")
@@ -405,7 +450,7 @@ def _run_point_command(args: argparse.Namespace) -> int:
         return 2
     out_dir = Path(args.out or f"results/points/{record['point_id']}")
     try:
-        status = run_point(record, out_dir, preflight=args.preflight)
+        status = run_point(record, out_dir, preflight=args.preflight, time_limit_lead_s=args.time_limit_lead_s)
     except PointFailed as exc:
         print(f"ddsweep run-point: point {record['point_id']} FAILED ({exc.kind}): {exc}\n"
               f"  details: {out_dir / 'failure.json'}; server log: {out_dir / 'server.log'}", file=sys.stderr)
@@ -476,5 +521,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "infrastructure failure is recorded in --done as persisted, and the job exits 0")
     parser.add_argument("--attempts", type=int, default=1, metavar="N",
                         help="how many attempts Snakemake makes (resources.retries + 1; default 1)")
+    parser.add_argument("--time-limit-lead-s", type=float, default=0, metavar="S",
+                        help="inside a Slurm job with a time limit: stop the point S seconds before it, recorded as "
+                             "interrupted (resources.signal_lead_s; default 0: off)")
     parser.set_defaults(func=_run_point_command)
 

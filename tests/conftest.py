@@ -99,8 +99,8 @@ FIRST = (
     "tests/workflow/test_adaptive.py",
     "tests/workflow/test_workflow.py",
     "tests/workflow/test_slurm.py",
-    "tests/workflow/test_slurm_cluster.py::test_a_point_at_its_time_limit_is_signalled_recorded_as_interrupted_and_"
-    "resubmitted",
+    "tests/workflow/test_slurm_cluster.py::test_a_point_at_its_time_limit_stops_itself_is_resubmitted_and_its_last_"
+    "attempt_recorded",
     "tests/workflow/test_adaptive_slurm.py",
     "tests/workflow/test_real_sglang.py",
     "tests/workflow/test_slurm.py::test_a_point_requesting_gpus_gets_them_from_slurm",

@@ -1,10 +1,12 @@
 """The real-engine check (.test/real-sglang.yaml): the workflow against a real SGLang 0.5.23 server on CPU.
 
-One Snakemake run of `ar`, the upstream DFLASH baseline and one DDTree point, through the normal rules and
-launcher, with the tiny random model of the real-engine environment (.ci/sglang-real.sh). `ar` must complete
-against SGLang's own HTTP server, tokenizer and scheduler; DFLASH must fail with SGLang's refusal on CPU; the
-DDTree point must be stopped by the preflight (upstream SGLang has no DDTree flags); the summary must report all
-three; and no process of any real server may outlive the run.
+One Snakemake run of `ar`, the upstream DFLASH baselines (overlap scheduler on and off) and one DDTree point,
+through the normal rules and launcher, with the tiny random model of the real-engine environment
+(.ci/sglang-real.sh). `ar` must complete against SGLang's own HTTP server, tokenizer and scheduler, its 64-token
+context (shorter than any coding prompt) recorded as infeasible and its 512-token cells measured; both DFLASH
+points must fail with SGLang's refusal on CPU as configuration results; the DDTree point must be stopped by the
+preflight (upstream SGLang has no DDTree flags); the summary must report all four; and no process of any real
+server may outlive the run.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from conftest import copy_workflow, venv_env
 from realsglang import manifest
 
 DFLASH_REFUSAL = "ValueError: DFLASH speculative decoding is not supported by CpuSRTPlatform on device 'cpu'."
-POINTS = ("ar", "dflash-bs8-w2048", "bs8-b8-t4-w2048")
+DFLASH = ("dflash-bs8-w2048", "dflash-nooverlap-bs8-w2048")
+POINTS = ("ar", *DFLASH, "bs8-b8-t4-w2048")
 
 
 def _processes_under(workdir: Path) -> dict[int, str]:
@@ -109,6 +112,10 @@ def test_ar_runs_in_full_against_the_real_server(real_run):
     assert {c["key"]: c["actual"] for c in verification["checks"]} == {"speculative_algorithm": None}
     # the server's log is SGLang's own
     assert "sglang" in (point / "server.log").read_text(errors="replace").lower()
+    # no coding prompt fits 64 tokens as SGLang counts them: that cell is infeasible, the 512-token cells measured
+    (cell,) = status["infeasible_cells"]
+    assert (cell["workload"], cell["context"]) == ("coding", 64) and "no prompt can be sized" in cell["reason"]
+    assert {c["context"] for c in _json(point / "bench/cells.json")["cells"]} == {512}
 
 
 def test_every_measured_prompt_has_its_context_as_the_real_server_counts_it(real_run):
@@ -118,7 +125,8 @@ def test_every_measured_prompt_has_its_context_as_the_real_server_counts_it(real
     tolerance = _json(bench / "cells.json")["cells"][0]["context_tolerance"]
     requests = [json.loads(line) for line in (bench / "requests.jsonl").read_text().splitlines() if line.strip()]
     measured = [r for r in requests if not r["warmup"]]
-    cells = len(config["benchmark"]["contexts"]) * len(config["benchmark"]["concurrency"])
+    measurable = [c for c in config["benchmark"]["contexts"] if c != 64]  # 64 is infeasible (above)
+    cells = len(measurable) * len(config["benchmark"]["concurrency"])
     # a cell runs for its window (benchmark.min_window_s) and at least requests_per_cell requests
     assert len(measured) >= cells * config["benchmark"]["requests_per_cell"] * config["benchmark"]["repeats"]
     assert len(measured) == sum(c["completed"] for c in _json(bench / "cells.json")["cells"])
@@ -140,11 +148,13 @@ def test_the_coding_eval_went_through_the_real_chat_endpoint(real_run):
     assert all(r["finish_reason"] in ("length", "stop") and r["completion_tokens"] for r in records)
 
 
-def test_dflash_fails_with_sglangs_own_refusal_as_a_result(real_run):
+@pytest.mark.parametrize("point_id", DFLASH)
+def test_dflash_fails_with_sglangs_own_refusal_as_a_configuration_result(real_run, point_id):
     workdir = real_run[0]
-    point = workdir / "results/points/dflash-bs8-w2048"
+    point = workdir / "results/points" / point_id
     failure = _json(point / "failure.json")
     assert failure["error_kind"] == "startup_exit" and DFLASH_REFUSAL in failure["error"]
+    assert failure["failure_class"] == "configuration", failure  # the refusal is the configuration's, at once
     done = _json(point / "done.json")
     assert done["status"] == "failed" and DFLASH_REFUSAL in done["reason"]
     assert DFLASH_REFUSAL in (point / "server.log").read_text(errors="replace")
@@ -161,17 +171,19 @@ def test_the_ddtree_point_is_stopped_by_the_preflight_naming_the_flag(real_run):
     assert done["status"] == "failed" and done["error_kind"] == "preflight"
     assert "--speculative-ddtree-budget" in done["reason"]
     assert not (point / "server.log").exists(), "the preflight must stop the point before any server start"
-    for preset in ("ar", "dflash"):
+    for preset in ("ar", "dflash", "dflash-nooverlap"):
         assert _json(workdir / f"results/preflight/{preset}.json")["ok"] is True
 
 
-def test_the_summary_reports_all_three_and_is_labelled_a_toy(real_run):
+def test_the_summary_reports_all_four_and_is_labelled_a_toy(real_run):
     workdir = real_run[0]
     rows = {r["point_id"]: r for r in csv.DictReader((workdir / "results/tables/points.csv").open())}
-    assert {p: rows[p]["status"] for p in POINTS} == {"ar": "ok", "dflash-bs8-w2048": "failed",
+    # ar's infeasible context makes it partial: measured, with the cell it lacks named
+    assert {p: rows[p]["status"] for p in POINTS} == {"ar": "partial", **dict.fromkeys(DFLASH, "failed"),
                                                       "bs8-b8-t4-w2048": "failed"}
+    assert "coding ctx=64 (not measurable" in rows["ar"]["missing_cells"]
     failures = {r["point_id"]: r for r in csv.DictReader((workdir / "results/tables/failures.csv").open())}
-    assert failures["dflash-bs8-w2048"]["error_kind"] == "startup_exit"
+    assert all(failures[p]["error_kind"] == "startup_exit" for p in DFLASH)
     assert failures["bs8-b8-t4-w2048"]["error_kind"] == "preflight"
     summary = (workdir / "reports/optimization_summary.md").read_text()
     assert "SIMULATED" not in summary

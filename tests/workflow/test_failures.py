@@ -36,6 +36,8 @@ FAULTS = {
     "fknob": (["ignore-knob:budget"], "verify"),
     "fraise": (["engine-exception"], "server_crash"),
 }
+# A server that serves but ignores SIGTERM: the point completes, its stop needs SIGKILL, and the summary says so.
+STUBBORN = {"fsigterm": (["ignore-sigterm"], None)}
 
 
 def _study(faults_of: dict | None = None) -> dict:
@@ -78,7 +80,8 @@ def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables_and_bundle(tmp_path):
     workdir = copy_workflow(tmp_path / "study", strict_standin=True)
-    study = _study()
+    study = _study({**FAULTS, **STUBBORN})
+    study["engine"]["shutdown_timeout_s"] = 2
     marker = f"DDSWEEP_FAILURES_TEST={uuid.uuid4().hex}"  # in every server's environment (engine.env)
     study["engine"]["env"] = dict([marker.split("=")])
     (workdir / "faults.yaml").write_text(yaml.safe_dump(study))
@@ -95,7 +98,7 @@ def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables
         done = json.loads((workdir / "results/points" / point / "done.json").read_text())
         assert done["status"] == "failed" and done["error_kind"] == kind, done
         assert not (workdir / "results/points" / point / "status.json").exists()
-    healthy = ("bs8-b4-t2-w2048", "ar")
+    healthy = ("bs8-b4-t2-w2048", "ar", "fsigterm-bs8-b8-t4-w2048")
     for point in healthy:
         assert json.loads((workdir / "results/points" / point / "done.json").read_text())["status"] == "ok"
     jobs = {r["point_id"]: r for r in csv.DictReader((workdir / "results/tables/jobs.csv").open())}
@@ -111,6 +114,10 @@ def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables
     assert ("`fraise-bs8-b8-t4-w2048` **failed** (server_crash): the server exited with code 1 during the "
             "benchmark: RuntimeError: The size of tensor a (7) must match") in summary
     assert "the configuration's failure: the engine's own code raised an exception: RuntimeError" in summary
+    stop = json.loads((workdir / "results/points/fsigterm-bs8-b8-t4-w2048/status.json").read_text())["steps"]["stop"]
+    assert stop.startswith("killed") and "ignored SIGTERM" in stop
+    assert f"`fsigterm-bs8-b8-t4-w2048` completed, but its server ignored SIGTERM when it was stopped ({stop})" \
+        in summary
     bundle = workdir / json.loads((workdir / "reports/bundle.json").read_text())["bundle"]
     with tarfile.open(bundle) as tar:
         names = set(tar.getnames())

@@ -19,6 +19,9 @@ def failed_points_caveat(d: Decisions) -> dict[str, Any]:
              for p in bad]
     items += [f"`{p.point_id}` **partial**: cell(s) it lacks, not used: {failed_cells_text(p)}; its other cells "
               "count in every regime they serve" for p in points if p.shown_status == "partial"]
+    items += [f"`{p.point_id}` completed, but its server ignored SIGTERM when it was stopped ({stop}): a server "
+              "that outlives its job holds the node's GPUs" for p in points if p.status == "ok"
+              and str(stop := (p.outcome.get("steps") or {}).get("stop", "")).startswith("killed")]
     block: dict[str, Any] = {"kind": "failed_points", "title": "Failed, malformed and incomplete points",
                              "items": items, "text": None if items else "None: every point completed."}
     patterns = failure_patterns(points)

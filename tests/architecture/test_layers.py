@@ -13,14 +13,15 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "ddsweep"
 # docstrings of each package's __init__.py.
 ALLOWED = {
     "storage": set(),
+    "slurm": set(),
     "console": set(),
     "figures": set(),
     "config": {"storage", "figures"},
     "bench": {"storage", "config", "console", "figures", "coding"},
     "coding": {"storage", "config", "console"},
-    "point": {"storage", "config", "bench", "coding", "console"},
+    "point": {"storage", "config", "bench", "coding", "console", "slurm"},
     "analysis": {"storage", "config", "coding", "figures"},
-    "report": {"storage", "config", "coding", "analysis"},
+    "report": {"storage", "config", "coding", "analysis", "slurm"},
     "adaptive": {"storage", "config", "bench", "analysis", "report", "figures"},
     "sim": {"storage", "config", "bench", "coding"},
     "cli": set(),  # loads subcommand modules by name only (importlib), never by import statement

@@ -13,7 +13,8 @@ from resultsets import SynthPoint, write_point
 from ddsweep.cli import main
 from ddsweep.config.plan import estimate_minutes, running_points
 from ddsweep.config.study import load_config
-from ddsweep.report.status import parse_elapsed, point_state, study_status
+from ddsweep.report.status import point_state, study_status
+from ddsweep.slurm import parse_slurm_duration as parse_elapsed
 
 ROOT = Path(__file__).resolve().parents[2]
 

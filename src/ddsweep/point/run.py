@@ -9,7 +9,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -49,6 +48,7 @@ from ddsweep.point.lifecycle import (
 )
 from ddsweep.point.multinode import group_spec, is_multinode
 from ddsweep.point.preflight import PROBE_PORT, Finding
+from ddsweep.slurm import parse_slurm_duration
 from ddsweep.storage import read_json, write_json_atomic
 
 PORT_ATTEMPTS = 3
@@ -179,19 +179,6 @@ def slurm_time_left_s() -> float | None:
         return None
     return parse_slurm_duration(answer)
 
-
-def parse_slurm_duration(text: str) -> float | None:
-    """Seconds of a Slurm duration (`days-hours[:minutes[:seconds]]`, `hours:minutes:seconds`, `minutes:seconds`,
-    `seconds`); None for UNLIMITED, NOT_SET or anything else."""
-    match = re.fullmatch(r"(?:(\d+)-)?(\d+(?::\d+){0,2})", text.strip())
-    if not match:
-        return None
-    days, clock = match.groups()
-    parts = [int(x) for x in clock.split(":")]
-    if days is not None:  # after days the first field is hours
-        parts += [0] * (3 - len(parts))
-    hours, minutes, seconds = [0] * (3 - len(parts)) + parts
-    return float(((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 
 def _write_point_file(record: dict, spec: ServerSpec, out_dir: Path, run: PointRun) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from ddsweep.config.plan import estimate_minutes, running_points
 from ddsweep.config.study import ConfigError, load_config
+from ddsweep.slurm import parse_slurm_duration
 
 SQUEUE_FORMAT = "%i|%T|%M|%N|%k"
 COMMENT_PREFIX = "rule_run_point_wildcards_"
@@ -40,18 +41,6 @@ class PointState:
     duration_s: float | None = None
 
 
-def parse_elapsed(text: str) -> float | None:
-    """Seconds from squeue's %M ([days-]hours:minutes:seconds, or minutes:seconds)."""
-    try:
-        days, _, clock = text.rpartition("-")
-        parts = [int(p) for p in clock.split(":")]
-    except ValueError:
-        return None
-    seconds = 0
-    for part in parts:
-        seconds = seconds * 60 + part
-    return seconds + int(days or 0) * 86400
-
 
 def squeue_jobs() -> dict[str, dict[str, Any]]:
     """Point id -> {job_id, state, elapsed_s, node} of this user's run_point jobs in squeue ({} without Slurm)."""
@@ -69,7 +58,7 @@ def squeue_jobs() -> dict[str, dict[str, Any]]:
             continue
         job_id, state, elapsed, node, comment = parts
         jobs[comment[len(COMMENT_PREFIX):]] = {"job_id": job_id, "state": SQUEUE_STATES.get(state, state.lower()),
-                                               "elapsed_s": parse_elapsed(elapsed),
+                                               "elapsed_s": parse_slurm_duration(elapsed),
                                                "node": node if node and not node.startswith("(") else None}
     return jobs
 

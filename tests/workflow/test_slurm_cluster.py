@@ -80,7 +80,9 @@ def test_a_point_at_its_time_limit_stops_itself_is_resubmitted_and_its_last_atte
         assert failure["steps"].get("bench") == "started" and failure["steps"]["stop"] == "ok", failure
         assert failure["duration_s"] < 125, failure  # stopped 60 s ahead of the 3 min limit, not at it
         requests = (path.parent / "bench" / "requests.jsonl").read_text().splitlines()
-        assert len(requests) >= 5  # the measurements taken before the signal are kept
+        # the records written before the signal are kept: at least the warmup's (how many measured requests end
+        # before it depends on how loaded the machine is)
+        assert requests and all(json.loads(line)["simulated"] for line in requests), requests
         assert failure["host"] == socket.gethostname() and failure["slurm_job_id"], failure
     environment = json.loads((point / "environment.json").read_text())
     assert environment["slurm"]["nodelist"] == node and environment["slurm"]["node"] == node

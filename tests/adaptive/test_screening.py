@@ -22,19 +22,26 @@ from ddsweep.report.funnel_section import funnel_block, funnel_markdown, render_
 ADAPTIVE = {"sweep": {"strategy": "adaptive", "screen": {"launch_cv": 0.02}}}
 
 
-def requests(speed: float, n: int = 8, spread: float = 0.02, seed: int = 0) -> list[dict]:
-    """Screening requests of every demo regime cell for a point whose decode speed is about `speed` tok/s."""
+def requests(speed: float, n: int = 8, spread: float = 0.02, seed: int = 0, drift: float = 0.0) -> list[dict]:
+    """Screening requests of every demo regime cell for a point whose decode speed is about `speed` tok/s: C in
+    flight, each streaming a token at a time, so the cell's throughput settles; with `drift` each request runs
+    that fraction slower than the one before (a cell that does not settle)."""
     rng = random.Random(seed)
     out = []
     for context, concurrency in ((128, 1), (2048, 1), (128, 8)):
+        free = [0.0] * concurrency  # when each of the C slots is free again
         for i in range(n):
-            rate = speed * (1 + rng.gauss(0, spread))
+            rate = speed * (1 + rng.gauss(0, spread)) / (1 + drift) ** i
             tokens = 32
             decode = (tokens - 1) / rate
             verify = round(tokens * 25 / rate)  # acceptance rises with speed, as on the stand-in
+            slot = min(range(concurrency), key=lambda k: free[k])
+            start = free[slot]
+            chunks = [[0.01 + decode * k / (tokens - 1), k + 1] for k in range(tokens)]
+            free[slot] = start + decode + 0.01
             out.append({"context": context, "concurrency": concurrency, "repeat": 0, "index": i, "warmup": False,
-                        "error": None, "completion_tokens": tokens, "chunks": [[0.01, 1], [decode + 0.01, tokens]],
-                        "e2e_s": decode + 0.01, "start_ts": 0.0, "end_ts": decode + 0.01,
+                        "error": None, "completion_tokens": tokens, "chunks": chunks,
+                        "e2e_s": decode + 0.01, "start_ts": start, "end_ts": start + decode + 0.01,
                         "spec_verify_ct": verify, "acceptance_length": tokens / verify})
     return out
 
@@ -59,6 +66,34 @@ def test_a_point_within_noise_survives():
     selection = select(config, screened)
     assert set(selection.survivors) == set(screened)
     assert not selection.dropped
+
+
+def test_a_figure_from_a_cell_that_did_not_settle_decides_nothing_and_its_point_is_measured_again():
+    config = demo_config(**ADAPTIVE)
+    screened = {"bs8-b8-t4-w2048": [requests(100)], "bs8-b4-t1-w2048": [requests(82, seed=1)],
+                # far slower, and far faster, but drifting: their C=1 cells never settle
+                "bs8-b2-t1-w2048": [requests(50, seed=3, drift=0.05)],
+                "bs8-b16-t4-w2048": [requests(180, seed=4, drift=0.05)]}
+    selection = select(config, screened)
+    assert "bs8-b4-t1-w2048" in selection.dropped  # a settled comparison still drops
+    assert {"bs8-b2-t1-w2048", "bs8-b16-t4-w2048"} <= set(selection.survivors)  # kept for confirmation
+    assert selection.best["regime:latency"] == "bs8-b8-t4-w2048"  # not the faster figure that did not settle
+    assert "regime latency" in selection.unstable["bs8-b16-t4-w2048"]
+    assert "regime throughput" not in selection.unstable["bs8-b16-t4-w2048"]  # its C=8 cell settled
+    assert "(bs8-b16-t4-w2048)" not in " ".join(selection.dropped.values())
+    assert selection.to_json()["unstable"] == selection.unstable
+    text = render_funnel({"stages": {}, "gpu_hours": {}, "survivors": selection.survivors, "dropped": {},
+                          "failed": [], "unstable": selection.unstable}, simulated=True)
+    assert "`bs8-b2-t1-w2048`: its cell did not settle (regime latency; regime long_context" in text
+
+
+def test_a_leader_whose_cell_did_not_settle_gets_a_settling_launch(tmp_path):
+    far = {"bs8-b8-t4-w2048": [100, 100, 100], "ar": [40, 40, 40]}
+    config, previous = _settling(tmp_path, far)
+    assert settle_round(config, tmp_path / "confirm", previous, 2).settle == []  # settled and far ahead
+    drifting = tmp_path / "confirm" / "bs8-b8-t4-w2048" / "launch-2" / "bench" / "requests.jsonl"
+    drifting.write_text("".join(json.dumps(r) + "\n" for r in requests(100, seed=2, drift=0.05)))
+    assert settle_round(config, tmp_path / "confirm", previous, 2).settle == ["bs8-b8-t4-w2048"]
 
 
 def test_larger_launch_noise_keeps_more_points():

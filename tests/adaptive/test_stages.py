@@ -147,12 +147,14 @@ def test_the_expected_confirmation_counts_race_keep_per_priority_running_the_lat
     assert f"expected {cap} (race_keep per priority" in stage_plan(expected(1)[2])
 
 
-def test_the_stage_estimates_count_every_screening_cell_as_at_least_its_window():
-    def screen_min(window_s: float) -> float:
-        config = demo_config(sweep={"strategy": "adaptive"}, benchmark={"min_window_s": window_s},
+def test_the_stage_estimates_count_every_screening_cell_and_warmup_as_at_least_its_window():
+    def screen_min(window_s: float, warmup_s: float = 0.0) -> float:
+        config = demo_config(sweep={"strategy": "adaptive"},
+                             benchmark={"min_window_s": window_s, "warmup_window_s": warmup_s},
                              resources={"estimate": {"startup_min": 1.0, "cell_min": 0.01, "coding_min": 0.0}})
         return stage_estimates(config)["screen"]["worst_min"] / stage_estimates(config)["screen"]["points"]
 
     cells = len(benchmark_cells(screen_benchmark(demo_config(sweep={"strategy": "adaptive"}))))
     assert screen_min(0) == pytest.approx(1.0 + cells * 0.01, rel=0.5)  # counted cells: their configured time
     assert screen_min(120) == pytest.approx(1.0 + cells * 2.0)  # two minutes a cell, however few its requests
+    assert screen_min(120, 30) == pytest.approx(1.0 + cells * 2.5)  # and a settling warm-up before each

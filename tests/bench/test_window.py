@@ -83,6 +83,32 @@ def test_a_counted_cell_sends_exactly_its_requests(sims, tmp_path: Path) -> None
     assert doc["cells"][0]["requests"] == 6 and doc["cells"][0]["window"]["stopped_by"] == "count"
 
 
+def test_a_warmup_runs_until_its_throughput_settles_and_is_recorded(sims, tmp_path: Path) -> None:
+    doc = run_benchmark(sims["ok"].url, tmp_path, _settings(warmup_window_s=0.3), simulated=True)
+    (warmup,) = doc["warmups"]
+    assert (warmup["context"], warmup["concurrency"]) == (64, 4)
+    assert warmup["requests"] > 1 and warmup["window"]["min_window_s"] == 0.3  # far beyond warmup_requests: 1
+    assert warmup["window"]["stopped_by"] in ("stable", "cap") and warmup["window"]["duration_s"] >= 0.3
+    records = storage.read_jsonl(tmp_path / "requests.jsonl")
+    assert sum(r["warmup"] for r in records) == warmup["requests"] and len(doc["cells"]) == 1
+    warm = [r["prompt_fingerprint"] for r in records if r["warmup"]]
+    assert len(set(warm)) == len(warm)  # every prompt of the warm-up is new
+
+
+def test_a_warmup_that_never_settles_stops_at_the_cap_and_says_so(sims, tmp_path: Path) -> None:
+    doc = run_benchmark(sims["drift"].url, tmp_path, _settings(warmup_window_s=0.3, min_window_s=0, max_window_s=1.0),
+                        simulated=True)
+    window = doc["warmups"][0]["window"]
+    assert window["stopped_by"] == "cap" and window["stable"] is False and window["spread"] > 0.1
+    assert doc["cells"][0]["requests"] == 4  # the measured cell runs after it all the same
+
+
+def test_a_counted_warmup_sends_exactly_its_requests(sims, tmp_path: Path) -> None:
+    doc = run_benchmark(sims["ok"].url, tmp_path, _settings(warmup_requests=2, min_window_s=0), simulated=True)
+    (warmup,) = doc["warmups"]
+    assert warmup["requests"] == 2 and warmup["window"]["stopped_by"] == "count"
+
+
 # --------------------------------------------------------------------------- the figures, on hand-made records
 def _record(index: int, ttft: float, tokens: list[int], verify: int | None = None, start: float = 100.0) -> dict:
     chunks = [[ttft + 0.01 * k, sum(tokens[: k + 1])] for k in range(len(tokens))]
@@ -121,6 +147,15 @@ def test_the_plan_counts_a_cell_as_at_least_its_window() -> None:
 
     assert cell_minutes({"cell_min": 0.02}, {"min_window_s": 20}) == pytest.approx(1 / 3)
     assert cell_minutes({"cell_min": 1.5}, {"min_window_s": 20}) == 1.5
+
+
+def test_the_plan_counts_every_launchs_warmups_as_at_least_their_window() -> None:
+    from ddsweep.config.plan import warmup_minutes
+
+    bench = {"contexts": [512, 2048], "concurrency": [1, 8], "workloads": [{"name": "coding"}],
+             "warmup_requests": 2, "warmup_window_s": 30}
+    assert warmup_minutes(bench) == pytest.approx(4 * 0.5)  # four (context, concurrency) groups of 30 s
+    assert warmup_minutes({**bench, "warmup_requests": 0}) == 0.0
 
 
 def test_the_cap_never_cuts_a_cell_below_its_requests_only_failures_stop_it_earlier() -> None:

@@ -106,12 +106,13 @@ def test_plan_lists_points_count_and_estimate(study):
     text = format_plan(config)
     assert "63 points" in text
     assert "bs16-b16-t8-woff" in text
-    # 2 launches x 10 min startup + (coding: 2 contexts x 4 concurrency + prose: 1 context x 2 concurrency)
-    # x 3 repeats x 1.5 min + 15 min coding = 80 min per point.
-    assert "30 benchmark cells per point" in text and "estimated 80 min per point" in text
+    # 2 launches x (10 min startup + 10 warm-ups of 10 s) + (coding: 2 contexts x 4 concurrency + prose: 1
+    # context x 2 concurrency) x 3 repeats x 1.5 min + 15 min coding = 83.3 min per point.
+    assert "30 benchmark cells per point" in text and "estimated 83 min per point" in text
+    assert "3.3 min of warm-ups (benchmark.warmup_window_s = 10 s each" in text
     assert "launches (server start-ups): 58 point launch(es) of 29 point(s)" in text  # two launches per point
     one = validate_config({**study, "sweep": {**study["sweep"], "launches": 1}})
-    assert "estimated 70 min per point" in format_plan(one) and "29 point launch(es) of 29 point(s)" in format_plan(one)
+    assert "estimated 72 min per point" in format_plan(one) and "29 point launch(es) of 29 point(s)" in format_plan(one)
 
 
 def test_load_config_merges_files_like_snakemake(tmp_path):

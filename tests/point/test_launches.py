@@ -17,8 +17,10 @@ def _launch(root: Path, k: int, speed: float, point_id: str = "bs8-b8-t4-w2048",
               "output_throughput_tok_s": speed + r, "decode_tok_s": {"median": speed + r}, "acceptance_length": 4.0,
               "ttft_s": {"p50": 0.01}, "tpot_s": {"p50": 1 / speed},
               "steady_state": {"output_throughput_tok_s": speed + r}} for r in range(repeats)]
+    warmups = [{"context": 128, "concurrency": 1, "requests": 5,
+                "window": {"stopped_by": "cap" if k == 1 else "stable", "stable": k != 1}}]
     (directory / "bench" / "cells.json").write_text(json.dumps(
-        {"simulated": True, "config": {"repeats": repeats}, "cells": cells, "groups": []}))
+        {"simulated": True, "config": {"repeats": repeats}, "warmups": warmups, "cells": cells, "groups": []}))
     (directory / "bench" / "requests.jsonl").write_text(
         "".join(json.dumps({"context": 128, "concurrency": 1, "repeat": r, "index": i}) + "\n"
                 for r in range(repeats) for i in range(2)))
@@ -35,6 +37,12 @@ def test_launch_k_becomes_repeat_k_with_groups_across_launches(tmp_path):
     cells = json.loads((out / "bench" / "cells.json").read_text())
     assert [c["repeat"] for c in cells["cells"]] == [0, 1, 2]
     assert [c["output_throughput_tok_s"] for c in cells["cells"]] == [100.0, 110.0, 90.0]
+    # every launch's warm-up is kept, with its launch: launch 1's had not settled
+    assert [(w["launch"], w["window"]["stable"]) for w in cells["warmups"]] == [(0, True), (1, False), (2, True)]
+    from ddsweep.analysis.results import load_directories
+
+    rows = load_directories(tmp_path, [out]).cells.sort_values("repeat")
+    assert rows["warmup_settled"].tolist() == [True, False, True]  # each cell beside its own launch's warm-up
     group = cells["groups"][0]
     assert group["repeats"] == 3 and group["decode_tok_s"]["median"] == 100.0
     records = [json.loads(line) for line in (out / "bench" / "requests.jsonl").read_text().splitlines()]

@@ -240,3 +240,40 @@ def test_an_adaptive_study_names_screening_and_confirmation_failures_and_still_r
     assert "**`ar`**" in summary or "**`bs8-b4-t2-w2048`**" in summary
     again = _snakemake(workdir, "-n")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_a_launch_that_failed_on_the_machine_runs_again_next_time_and_joins_its_point(tmp_path):
+    # flaky: its first start never becomes healthy (counted across launches in the state dir), later ones serve;
+    # no retry, so one of its two launches ends persisted and the point is measured from the other.
+    study = _study({"flaky": (["never-healthy-first:1"], None)})
+    study["engine"]["presets"]["flaky"]["args"] += ["--sim-state-dir", str(tmp_path / "standin-state")]
+    study["sweep"]["launches"] = 2
+    study["benchmark"]["repeats"] = 2  # one per launch
+    study["resources"] = {"retries": 0}
+    workdir = copy_workflow(tmp_path / "study")
+    (workdir / "faults.yaml").write_text(yaml.safe_dump(study))
+    first = _snakemake(workdir, "--keep-going")
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    point = "flaky-bs8-b8-t4-w2048"
+    launches = workdir / "results/launches" / point
+    persisted = [d.name for d in sorted(launches.iterdir())
+                 if json.loads((d / "done.json").read_text()).get("persisted")]
+    assert len(persisted) == 1, persisted
+    merged = json.loads((workdir / "results/points" / point / "launches.json").read_text())
+    assert len(merged["launches"]) == 1 and len(merged["failed_launches"]) == 1, merged
+    assert merged["failed_launches"][0]["failure"]["error_kind"] == "startup_timeout", merged
+
+    again = _snakemake(workdir, "-n")  # the persisted launch runs again, its point is merged again
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("rule launch_point:") == 1, again.stdout[-3000:]
+    assert f"results/launches/{point}/{persisted[0]}/done.json" in again.stdout
+    assert "rule merge_point_launches:" in again.stdout and "rule summarize:" in again.stdout
+
+    second = _snakemake(workdir)
+    assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]
+    merged = json.loads((workdir / "results/points" / point / "launches.json").read_text())
+    assert [e["launch"] for e in merged["launches"]] == [0, 1] and not merged["failed_launches"], merged
+    rows = {r["point_id"]: r for r in csv.DictReader((workdir / "results/tables/points.csv").open())}
+    assert rows[point]["status"] == "ok", rows[point]
+    assert f"`{point}` **failed**" not in (workdir / "reports/optimization_summary.md").read_text()

@@ -66,4 +66,5 @@ def funnel(selection: dict, screen_dir: Path, confirm_dir: Path, gpus: int, laun
         "dropped": selection["dropped"], "failed": selection.get("failed", []),
         "failures": {pid: screen_failure(screen_dir / pid) for pid in selection.get("failed", [])},
         "best_in_screening": selection.get("best", {}), "survivors": selection["survivors"],
+        "unstable": selection.get("unstable", {}),
     }

@@ -60,7 +60,7 @@ def settle_round(config: dict, confirm_dir: Path, previous: dict, launch: int) -
             continue
         best[f"priority:{name}"] = ranked[0].point_id
         rivals = [v.point_id for v in ranked[1:] if v.high >= margin][:keep - 1 if keep else None]
-        if rivals:
+        if rivals or scores[ranked[0].point_id].stable is False:  # a leader whose cell did not settle: again
             unsettled.update(dict.fromkeys([ranked[0].point_id, *rivals]))
     settle = list(unsettled) if launch + 1 < configured + settle_launches(config) else []
     selection = Selection(screened=[], survivors=confirmed, dropped={}, best=best)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from scipy import special
 
+from ddsweep import figures
 from ddsweep.adaptive.stages import primary_workload, screen_settings
 from ddsweep.analysis.statistics import t_quantile
 from ddsweep.figures import METRICS, Metric, failed, whole_output_throughput
@@ -34,6 +35,7 @@ class ScreenedFigure:
     within: float
     launch: float
     df: int = 0
+    stable: bool | None = None  # whether every launch's cell settled (None: counted cells, not checked)
 
     @property
     def rel_se(self) -> float:
@@ -59,19 +61,22 @@ def _metric(metric: str) -> Metric:
 
 
 def estimate(records: list[dict], metric: str, context: int, concurrency: int, launch_cv: float,
-             workload: str | None = None) -> ScreenedFigure | None:
+             workload: str | None = None, stability: tuple[int, float] | None = None) -> ScreenedFigure | None:
     """The screened figure of one regime cell (of `workload`, when records name one) with its relative standard
     error, or None when not measured. Every figure is ddsweep.figures'; throughput is over the whole cell, the
-    figure whose within-launch error `_wall_rel_se` models (the decisions take the steady-state window)."""
+    figure whose within-launch error `_wall_rel_se` models (the decisions take the steady-state window). With
+    `stability` (sub-windows, tolerance: a windowed benchmark) the figure says whether the cell settled, recomputed
+    from its records as the benchmark records it."""
     definition = _metric(metric)
     measured = [r for r in records if r.get("context") == context and r.get("concurrency") == concurrency
                 and not r.get("warmup") and (workload is None or r.get("workload") in (None, workload))]
     cell = [r for r in measured if not failed(r)]
+    stable = bool(figures.stability(measured, *stability)["stable"]) if stability and measured else None
     if metric == "output_throughput_tok_s":
         value = whole_output_throughput(measured)
         if value is None or value <= 0:
             return None
-        return ScreenedFigure(value, _wall_rel_se(cell, concurrency), launch_cv, max(0, len(cell) - 1))
+        return ScreenedFigure(value, _wall_rel_se(cell, concurrency), launch_cv, max(0, len(cell) - 1), stable)
     value = definition.cell(measured)
     if value is None or value <= 0:
         return None
@@ -79,7 +84,7 @@ def estimate(records: list[dict], metric: str, context: int, concurrency: int, l
     within = 0.0
     if len(per_request) > 1 and statistics.fmean(per_request) > 0:
         within = statistics.stdev(per_request) / statistics.fmean(per_request) / math.sqrt(len(per_request))
-    return ScreenedFigure(value, within, launch_cv, max(0, len(per_request) - 1))
+    return ScreenedFigure(value, within, launch_cv, max(0, len(per_request) - 1), stable)
 
 
 @functools.cache
@@ -125,22 +130,39 @@ def combine(estimates: list[ScreenedFigure]) -> ScreenedFigure | None:
     n = len(estimates)
     value = math.exp(statistics.fmean(math.log(e.value) for e in estimates))
     within = math.sqrt(sum(e.within ** 2 for e in estimates)) / n
-    return ScreenedFigure(value, within, estimates[0].launch / math.sqrt(n), sum(e.df for e in estimates))
+    return ScreenedFigure(value, within, estimates[0].launch / math.sqrt(n), sum(e.df for e in estimates),
+                          all_stable([e.stable for e in estimates]))
+
+
+def all_stable(flags: list[bool | None]) -> bool | None:
+    """False when any cell did not settle, True when all were checked and settled, None when none was checked."""
+    if any(f is False for f in flags):
+        return False
+    return True if any(f for f in flags) else None
+
+
+def window_check(config: dict) -> tuple[int, float] | None:
+    """(sub-windows, tolerance) of the benchmark's stability rule when its cells are windowed, else None."""
+    bench = config.get("benchmark", {})
+    if not bench.get("min_window_s"):
+        return None
+    return (int(bench.get("stability_subwindows", figures.STABILITY_SUBWINDOWS)),
+            float(bench.get("stability_tolerance", figures.STABILITY_TOLERANCE)))
 
 
 def regime_scores(config: dict, launches: dict[str, list[list[dict]]]) -> dict[str, dict[str, ScreenedFigure]]:
     """Per regime, each point's figure over its launches (higher is better: lower-is-better metrics inverted)."""
-    launch_cv = screen_settings(config)["launch_cv"]
+    launch_cv, check = screen_settings(config)["launch_cv"], window_check(config)
     out: dict[str, dict[str, ScreenedFigure]] = {}
     for regime in config.get("analysis", {}).get("regimes", []):
         metric, scores = regime["metric"], {}
         for pid, runs in launches.items():
             est = combine([e for records in runs
                            if (e := estimate(records, metric, regime["context"], regime["concurrency"], launch_cv,
-                                             primary_workload(config))) is not None])
+                                             primary_workload(config), check)) is not None])
             if est is not None:
                 value = 1.0 / est.value if metric in LOWER_IS_BETTER else est.value
-                scores[pid] = ScreenedFigure(value, est.within, est.launch, est.df)
+                scores[pid] = ScreenedFigure(value, est.within, est.launch, est.df, est.stable)
         out[regime["name"]] = scores
     return out
 
@@ -164,7 +186,8 @@ def priority_scores(config: dict, per_regime: dict[str, dict[str, ScreenedFigure
             value = math.exp(sum(f * math.log(e.value / top) for f, e, top in parts))
             within = math.sqrt(sum((f * e.within) ** 2 for f, e, _ in parts))
             launch = sum(f * e.launch for f, e, _ in parts)  # one launch: the same factor in every regime
-            scores[pid] = ScreenedFigure(value, within, launch, min(e.df for _, e, _ in parts))
+            scores[pid] = ScreenedFigure(value, within, launch, min(e.df for _, e, _ in parts),
+                                         all_stable([e.stable for _, e, _ in parts]))
         out[name] = scores
     return out
 

@@ -53,6 +53,7 @@ class Selection:
     refine: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     rounds: list[dict] = field(default_factory=list)
+    unstable: dict[str, list[str]] = field(default_factory=dict)  # point -> where its figure did not settle
     settle: list[str] | None = None
     extra_launches: dict[str, list[int]] = field(default_factory=dict)
     race_launches: dict[str, int] = field(default_factory=dict)
@@ -62,6 +63,8 @@ class Selection:
         a race round's also lists `race_launches`, a settling round's `settle` and `extra_launches`."""
         record = {"screened": self.screened, "survivors": self.survivors, "dropped": self.dropped,
                   "best": self.best, "refine": self.refine, "failed": self.failed, "rounds": self.rounds}
+        if self.unstable:
+            record["unstable"] = self.unstable
         if self.race_launches:
             record["race_launches"] = self.race_launches
         if self.settle is not None:
@@ -95,10 +98,11 @@ def _compare(scores: dict[str, ScreenedFigure], where: str, confidence: float, d
              tolerance: float = 0.0, keep_at_most: int | None = None) -> str | None:
     """Drop from `scores` every point whose band of the relative difference to the best lies below +`tolerance`
     (clearly worse, or at most a near-tie), then, with `keep_at_most`, every remaining point ranked below that
-    many; returns the best point.
+    many; returns the best point. A figure from a cell that did not settle decides nothing: its point is neither
+    compared nor dropped (it is measured again), and it is not the best that others are compared with.
     (Bonferroni-adjusted bands gave no more correct recommendations in benchmarks/bench_adaptive.py on the
     62-job grid, 27 vs 28 of 30, and confirmed about 1.7 times as many.)"""
-    ranked = bands(scores, where, confidence)
+    ranked = bands({p: f for p, f in scores.items() if f.stable is not False}, where, confidence)
     remaining = 0
     for verdict in ranked:
         if verdict.point_id != verdict.best and verdict.high < tolerance:
@@ -123,6 +127,12 @@ def select(config: dict, launches: dict[str, list[list[dict]]], where: str = "",
     per_regime = regime_scores(config, launches)
     verdicts: dict[str, dict[str, Verdict]] = {}
     best: dict[str, str] = {}
+    unstable: dict[str, list[str]] = {}
+    for place, scores in [*((f"regime {n}", s) for n, s in per_regime.items()),
+                          *((f"priority {n}", s) for n, s in priority_scores(config, per_regime).items())]:
+        for pid, figure in scores.items():
+            if figure.stable is False:
+                unstable.setdefault(pid, []).append(f"{where}{place}")
     for name, scores in per_regime.items():
         dropped: dict[str, Verdict] = {}
         top = _compare(scores, f"{name}", settings["confidence"], dropped, settings["tolerance"], keep_at_most)
@@ -144,7 +154,7 @@ def select(config: dict, launches: dict[str, list[list[dict]]], where: str = "",
             survivors.append(pid)
         else:
             reasons[pid] = where + max(excluded, key=lambda v: v.high).reason
-    return Selection(screened=list(launches), survivors=survivors, dropped=reasons, best=best)
+    return Selection(screened=list(launches), survivors=survivors, dropped=reasons, best=best, unstable=unstable)
 
 
 def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous: dict | None) -> Selection:
@@ -177,3 +187,7 @@ def carry_over(previous: dict, selection: Selection, stage: dict) -> None:
     selection.failed = list(dict.fromkeys([*previous.get("failed", []), *selection.failed]))
     selection.refine = list(previous.get("refine", []))
     selection.rounds = [*previous.get("rounds", []), stage]
+    unstable = {pid: list(where) for pid, where in previous.get("unstable", {}).items()}
+    for pid, where in selection.unstable.items():
+        unstable[pid] = list(dict.fromkeys([*unstable.get(pid, []), *where]))
+    selection.unstable = unstable

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 
 from ddsweep.adaptive.refinement import refine_candidates
-from ddsweep.config.plan import benchmark_cells, cell_share, estimate_minutes, running_points
+from ddsweep.config.plan import benchmark_cells, cell_share, estimate_minutes, running_points, warmup_minutes
 from ddsweep.config.points import Point, expand_points
 from ddsweep.config.records import point_record
 
@@ -136,7 +136,7 @@ def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
     def regime_job(requests: int | None) -> float:
         """Minutes of one job of the regime cells at `requests` per cell; a cell never shorter than its minimum
         window (`benchmark.min_window_s`), which every measured cell runs."""
-        return est["startup_min"] + sum(
+        return est["startup_min"] + warmup_minutes(sbench) + sum(
             max(cell_share(c, requests, bench["requests_per_cell"]) * est["cell_min"], sbench.get("min_window_s", 0)
                 / 60) for _, c in benchmark_cells(sbench))
 

@@ -58,7 +58,7 @@ CELL_COLUMNS: tuple[str, ...] = (
     "decode_tok_s_median", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
     "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "chunk_gap_p50_s", "token_gap_p50_s", "e2e_p50_s", "e2e_p99_s",
     "acceptance_length", "cached_share", "distinct_prompts", "source", "simulated", "launch",
-    "subwindow_spread", "stable", "stalls", "worst_stall_s", "saturated",
+    "subwindow_spread", "stable", "warmup_settled", "stalls", "worst_stall_s", "saturated",
     "energy_j_per_output_token", "gpu_power_w_mean", "gpu_utilization_pct_mean",
 )
 GROUP_COLUMNS: tuple[str, ...] = (
@@ -476,6 +476,18 @@ def _cell_rows(record: PointRecord, cells: dict[str, Any] | None, requests: list
             [{"point_id": record.point_id, **row} for row in request_rows])
 
 
+def warmups_settled(cells: dict[str, Any] | None) -> dict[tuple, bool | None]:
+    """(workload, context, concurrency, launch) -> whether the warm-up before those cells settled (cells.json
+    `warmups`; launch None for a point of one launch); absent for a counted warm-up or older records."""
+    out: dict[tuple, bool | None] = {}
+    for warm in (cells or {}).get("warmups") or []:
+        window = warm.get("window") if isinstance(warm, dict) else None
+        if isinstance(window, dict) and window.get("stopped_by") != "count":
+            out[(warm.get("workload", ""), warm.get("context"), warm.get("concurrency"), warm.get("launch"))] = \
+                window.get("stable")
+    return out
+
+
 def _cell_key(row: dict[str, Any]) -> tuple:
     """(workload, context, concurrency, repeat) of a cell or request row."""
     return row.get("workload", ""), row.get("context"), row.get("concurrency"), row.get("repeat")
@@ -568,7 +580,10 @@ def load_directories(results_dir: str | Path, directories: list[Path], confidenc
         points.append(record)
         cells_part, requests_part = _cell_rows(record, cells, requests)
         launch_of = read_launch_map(Path(directory))  # the server launch of each repeat, when merged from several
-        cell_rows.extend({**row, "launch": launch_of.get(row["repeat"])} for row in cells_part)
+        settled = warmups_settled(cells)
+        cell_rows.extend({**row, "launch": launch_of.get(row["repeat"]),
+                          "warmup_settled": settled.get((row.get("workload", ""), row["context"], row["concurrency"],
+                                                         launch_of.get(row["repeat"])))} for row in cells_part)
         request_rows.extend(requests_part)
         if problems:
             coding_records[record.point_id] = problems

@@ -68,6 +68,7 @@ class BenchSettings:
     # Absent from a benchmark section (a record written by hand or before windows): counted cells, as then; every
     # validated config carries the schema's default (20 s).
     min_window_s: float = 0.0
+    warmup_window_s: float = 0.0
     max_window_s: float = schema_default("benchmark.max_window_s")
     stability_subwindows: int = schema_default("benchmark.stability_subwindows")
     stability_tolerance: float = schema_default("benchmark.stability_tolerance")
@@ -228,7 +229,7 @@ class _Cell:
     repeat: int
     warmup: bool
     sequences: tuple[int, ...]
-    extra_base: int = 0  # the first prompt number of the prompts a windowed cell sends beyond `sequences`
+    extra_base: int = 0  # the first prompt number of the prompts a windowed batch sends beyond `sequences`
 
 
 def plan_cells(settings: BenchSettings, order_seed: int) -> list[_Cell]:
@@ -251,6 +252,11 @@ def plan_cells(settings: BenchSettings, order_seed: int) -> list[_Cell]:
                     measured.append(_Cell(workload, context, conc, rep, False, tuple(range(sequence, sequence + n)),
                                           extra))
                     sequence += n
+    # a warm-up's further prompts (a settling warm-up) come from ranges after its workload's measured cells'
+    ranges = {name: 1 + sum(c.workload.name == name for c in measured) for name, _, _ in warmups}
+    for key, warm in warmups.items():
+        warmups[key] = replace(warm, extra_base=EXTRA_SEQUENCES * ranges[key[0]])
+        ranges[key[0]] += 1
     if settings.cell_order == "random":
         random.Random(order_seed).shuffle(measured)
     plan: list[_Cell] = []
@@ -263,11 +269,10 @@ def plan_cells(settings: BenchSettings, order_seed: int) -> list[_Cell]:
 
 
 def stop_rule(settings: BenchSettings, cell: _Cell) -> StopRule:
-    """A cell's stopping rule: a warmup sends its requests; a measured cell runs its window (or its count when
-    `min_window_s` is 0)."""
-    if cell.warmup:
-        return StopRule(len(cell.sequences))
-    return StopRule(len(cell.sequences), settings.min_window_s, settings.max_window_s, settings.stability_subwindows,
+    """A batch's stopping rule: a measured cell runs its window (`min_window_s`), a warm-up until its throughput
+    settles over `warmup_window_s`, both capped at `max_window_s`; a window of 0 sends exactly the planned requests."""
+    window = settings.warmup_window_s if cell.warmup else settings.min_window_s
+    return StopRule(len(cell.sequences), window, settings.max_window_s, settings.stability_subwindows,
                     settings.stability_tolerance, settings.max_failure_fraction)
 
 
@@ -298,7 +303,7 @@ async def run_benchmark_async(url: str, requests_path: Path, cells_path: Path, s
     order_seed = settings.cell_order_seed if settings.cell_order_seed is not None else secrets.randbelow(2**31)
     config = asdict(settings)
     doc: dict[str, Any] = {"simulated": simulated, "config": config, "cell_order_seed": order_seed,
-                           "workloads": [], "cells": [], "groups": [], "failed_cells": []}
+                           "workloads": [], "warmups": [], "cells": [], "groups": [], "failed_cells": []}
     try:
         plan = plan_cells(settings, order_seed)
     except WorkloadError as exc:
@@ -416,6 +421,14 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
                 flush()
             rates[(workload.name, context, conc)] = _request_rate(recs, conc)
             if cell.warmup:
+                window = window_record(recs, rule, stopped_by)
+                doc["warmups"].append({"workload": workload.name, "context": context, "concurrency": conc,
+                                       "requests": len(recs), "completed": sum(r.ok for r in recs),
+                                       "window": window})
+                if not rule.counted:
+                    progress(f"warm-up {workload.name} ctx={context} C={conc}: {len(recs)} requests, "
+                             + (f"settled over {window['duration_s']:.1f} s" if window["stable"] else
+                                f"NOT settled at the {rule.max_window_s:g} s cap (spread {window['spread']})"))
                 continue
             figures = cell_figures(recs, settings.stall_factor, settings.stall_floor_s)
             figures.update(cache_check(recs, [p.input_ids for p in supply.given]),

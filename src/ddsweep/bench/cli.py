@@ -52,6 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-failure-fraction", type=float, default=BenchSettings.max_failure_fraction)
     parser.add_argument("--min-window-s", type=float, default=schema_default("benchmark.min_window_s"),
                         help="least steady-state seconds per cell (0: exactly --requests requests)")
+    parser.add_argument("--warmup-window-s", type=float, default=schema_default("benchmark.warmup_window_s"),
+                        help="least seconds of settled throughput per warm-up (0: exactly --warmup requests)")
     parser.add_argument("--max-window-s", type=float, default=BenchSettings.max_window_s,
                         help="cap of a cell's window; an unsettled cell is then recorded as unstable")
     parser.add_argument("--http-client", choices=HTTP_CLIENTS, default=BenchSettings.http_client)
@@ -88,7 +90,8 @@ def main(args: argparse.Namespace) -> int:
                              requests_per_cell=args.requests, repeats=args.repeats, warmup_requests=args.warmup,
                              max_failure_fraction=args.max_failure_fraction, request_timeout_s=args.timeout,
                              seed=args.seed, request_rate=args.request_rate, http_client=args.http_client,
-                             min_window_s=args.min_window_s, max_window_s=args.max_window_s,
+                             min_window_s=args.min_window_s, warmup_window_s=args.warmup_window_s,
+                             max_window_s=args.max_window_s,
                              **({"workloads": args.workloads} if args.workloads else {}))
     out: Path = args.out
     requests_path = out.parent / f"{out.stem}.requests.jsonl"

@@ -132,19 +132,32 @@ def cell_minutes(est: dict, bench: dict) -> float:
     return max(est["cell_min"], bench.get("min_window_s", 0) / 60)
 
 
+def warmup_minutes(bench: dict) -> float:
+    """Minutes of one launch's warm-ups: each (workload, context, concurrency) at least its settling window
+    (`benchmark.warmup_window_s`; none when `warmup_requests` is 0)."""
+    if not bench.get("warmup_requests", 1):
+        return 0.0
+    return len(benchmark_cells(bench)) * bench.get("warmup_window_s", 0) / 60
+
+
 def estimate_minutes(config: dict, n_points: int) -> dict[str, float]:
-    """GPU-time estimate for `n_points` points from the configured startup and per-cell times: one start-up per
-    server launch (`sweep.launches` per grid point)."""
+    """GPU-time estimate for `n_points` points from the configured startup and per-cell times: one start-up and
+    one round of warm-ups per server launch (`sweep.launches` per grid point)."""
     est = config["resources"]["estimate"]
     bench = config["benchmark"]
     cells = len(benchmark_cells(bench)) * bench["repeats"]
     coding = est["coding_min"] if config["coding_eval"]["enabled"] else 0.0
     launches = grid_launches(config)
-    per_point = est["startup_min"] * launches + cells * cell_minutes(est, bench) + coding
+    warm = warmup_minutes(bench)
+    per_point = (est["startup_min"] + warm) * launches + cells * cell_minutes(est, bench) + coding
     gpus = config["resources"]["gpus"]
+    # at worst every cell and warm-up runs to the cap without settling
+    cap = bench.get("max_window_s", 0) / 60
+    unsettled_warm = launches * len(benchmark_cells(bench)) * max(0.0, cap - bench.get("warmup_window_s", 0) / 60)
     return {"per_point_min": per_point, "total_min": per_point * n_points, "cell_min": cell_minutes(est, bench),
-            "worst_per_point_min": per_point + cells * max(0.0, bench.get("max_window_s", 0) / 60
-                                                           - cell_minutes(est, bench)),
+            "warmup_min": warm * launches,
+            "worst_per_point_min": per_point + cells * max(0.0, cap - cell_minutes(est, bench))
+            + (unsettled_warm if warm else 0.0),
             "gpu_hours": per_point * n_points * gpus / 60, "cells_per_point": cells,
             "launches_per_point": launches, "startups": launches * n_points,
             "extra_startup_min": est["startup_min"] * (launches - 1) * n_points}
@@ -272,7 +285,9 @@ def format_plan(config: dict, strategy_lines: Sequence[str] = (), on_slurm: bool
     bench = config["benchmark"]
     lines += [f"{every['cells_per_point']} benchmark cells per point of {every['cell_min']:.2g} min each (at least "
               f"benchmark.min_window_s = {bench.get('min_window_s', 0):g} s of steady state; up to "
-              f"benchmark.max_window_s = {bench.get('max_window_s', 0):g} s for a cell that does not settle); "
+              f"benchmark.max_window_s = {bench.get('max_window_s', 0):g} s for a cell that does not settle) and "
+              f"{every['warmup_min']:.2g} min of warm-ups (benchmark.warmup_window_s = "
+              f"{bench.get('warmup_window_s', 0):g} s each until throughput settles); "
               f"estimated {every['per_point_min']:.0f} min per point at {gpus} GPUs per point, "
               f"{every['worst_per_point_min']:.0f} min if no cell settled",
               f"every point: {every['total_min'] / 60:.1f} h of jobs = {every['gpu_hours']:.0f} GPU-hours",

@@ -155,10 +155,13 @@ def is_persisted(done: Mapping) -> bool:
 
 def drop_persisted_records(results_dir: Path, point_ids: Collection[str], stages: Collection[str]) -> list[str]:
     """Remove the done.json files under RESULTS_DIR/<stage>/ that record a persisted infrastructure failure of one
-    of `point_ids`, so that this invocation runs those jobs again; returns them."""
+    of `point_ids`, so that this invocation runs those jobs again; returns them. A dropped launch (a stage whose
+    records sit in launch-<k>/ folders) also drops its point's merged record, results/points/<id>/done.json:
+    Snakemake rebuilds no missing file whose consumers are up to date, so without it the launch would not rerun."""
+    results_dir = Path(results_dir)
     dropped = []
     for stage in stages:
-        for path in sorted((Path(results_dir) / stage).rglob("done.json")):
+        for path in sorted((results_dir / stage).rglob("done.json")):
             if "attempts" in path.relative_to(results_dir).parts:
                 continue
             try:
@@ -168,6 +171,10 @@ def drop_persisted_records(results_dir: Path, point_ids: Collection[str], stages
             if isinstance(done, dict) and is_persisted(done) and done.get("point_id") in point_ids:
                 path.unlink(missing_ok=True)
                 dropped.append(path.as_posix())
+                merged = results_dir / "points" / str(done["point_id"]) / "done.json"
+                if path.parent.name.startswith("launch-") and merged.exists():
+                    merged.unlink()
+                    dropped.append(merged.as_posix())
     return dropped
 
 

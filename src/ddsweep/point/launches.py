@@ -87,8 +87,9 @@ def merge_launches(launch_dirs: list[Path], out_dir: Path) -> dict:
             cell["repeat"] = index[int(cell.get("repeat") or 0)]
             cell["launch"] = k
         if cells_doc is None:
-            cells_doc = {**doc, "cells": []}
+            cells_doc = {**doc, "cells": [], "warmups": []}
         cells_doc["cells"].extend(doc["cells"])
+        cells_doc["warmups"].extend({**w, "launch": k} for w in doc.get("warmups") or [])
         for line in (directory / "bench" / "requests.jsonl").read_text(encoding="utf-8").splitlines():
             if line.strip():
                 record = json.loads(line)

@@ -28,10 +28,20 @@ def render_funnel(doc: dict, simulated: bool) -> str:
     if doc["dropped"]:
         out += ["Dropped (each with its closest comparison to the best at that stage):", ""]
         out += [f"- `{pid}`: {reason}" for pid, reason in sorted(doc["dropped"].items())]
+    if doc.get("unstable"):
+        out += ["", "Kept without a comparison where their cell did not settle (measured again before it decides):",
+                ""]
+        out += [f"- {_unstable_text(pid, where)}" for pid, where in sorted(doc["unstable"].items())]
     if doc["failed"]:
         out += ["", "Failed in screening (not confirmed; each point's results/screen/<point>/failure.json):", ""]
         out += [f"- {_failure_text(pid, doc)}" for pid in doc["failed"]]
     return "\n".join(out) + "\n"
+
+
+def _unstable_text(pid: str, where: list[str]) -> str:
+    """One line for a point whose screened or raced figure came from a cell that did not settle."""
+    return (f"`{pid}`: its cell did not settle ({'; '.join(where)}): neither dropped nor compared with there, "
+            "and measured again")
 
 
 def funnel_block(results_dir: Path) -> dict | None:
@@ -43,6 +53,7 @@ def funnel_block(results_dir: Path) -> dict | None:
     rows = [[name, stage["points"], round(stage["job_min"], 1), round(doc["gpu_hours"][name], 2)]
             for name, stage in doc["stages"].items()]
     items = [f"`{pid}` dropped: {reason}" for pid, reason in sorted(doc["dropped"].items())]
+    items += [_unstable_text(pid, where) for pid, where in sorted(doc.get("unstable", {}).items())]
     items += [_failure_text(pid, doc) for pid in doc.get("failed", [])]
     return {"kind": "adaptive_funnel", "title": "Adaptive study: screening funnel",
             "text": (f"{len(doc['survivors'])} point(s) were confirmed ("

@@ -23,6 +23,7 @@ def cell_flags(cells: pd.DataFrame, point_id: str, context: int, concurrency: in
                  & (cells["concurrency"] == concurrency)]
     unstable = rows[rows["stable"] == False]  # noqa: E712 (None: no window recorded, not unstable)
     return {"repeats": len(rows), "unstable": len(unstable),
+            "unsettled_warmups": int((rows["warmup_settled"] == False).sum()),  # noqa: E712
             "spread": float(unstable["subwindow_spread"].max()) if len(unstable) else None,
             "stalls": int(pd.to_numeric(rows["stalls"], errors="coerce").fillna(0).sum()),
             "worst_stall_s": float(rows["worst_stall_s"].max()) if rows["stalls"].fillna(0).gt(0).any() else None,
@@ -45,6 +46,9 @@ def quality_caveats(d: Decisions, picks: list[dict[str, Any]]) -> list[dict[str,
             if flags["unstable"]:
                 unstable.append(f"{where}: {flags['unstable']} of {flags['repeats']} repeats, sub-windows up to "
                                 f"{flags['spread']:.1%} apart")
+            if flags["unsettled_warmups"]:
+                unstable.append(f"{where}: {flags['unsettled_warmups']} of {flags['repeats']} repeats measured after "
+                                "a warm-up that had not settled")
             if flags["saturated"]:
                 saturated.append(where)
             if flags["stalls"]:
@@ -73,6 +77,8 @@ def measurement_caveat(cells: pd.DataFrame) -> dict[str, Any] | None:
         where = f"`{row['point_id']}` context {row['context']}, C={row['concurrency']}, repeat {row['repeat']}"
         if _flag(row["stable"]) is False:
             items.append(f"{where}: unstable, sub-window throughput {row['subwindow_spread']:.1%} apart")
+        if _flag(row["warmup_settled"]) is False:
+            items.append(f"{where}: measured after a warm-up whose throughput had not settled at the cap")
         if _flag(row["saturated"]):
             items.append(f"{where}: saturated acceptance {row['acceptance_length']:.2f} (all drafts accepted)")
         if _flag(row["stalls"]):

@@ -470,7 +470,9 @@ def test_workflow_records_a_crashing_point_as_a_result_and_reruns_only_it_on_req
     assert failure["error_kind"] == "server_crash" and "Simulated crash after 5" in failure["error"]
     assert not (bad / "status.json").exists()
     requests = storage.read_jsonl(bad / "bench" / "requests.jsonl")
-    assert sum(r["error"] is None for r in requests) >= 4 and len(requests) == 9  # answered before the crash
+    # the requests answered before the crash and those it cut are kept (how many were in flight depends on the
+    # concurrency of the batch it hit: a settling warm-up may run past the fifth request)
+    assert sum(r["error"] is None for r in requests) >= 4 and sum(r["error"] is not None for r in requests) >= 1
     assert marked_processes(marker) == [], "a server of the study survived"
     assert json.loads((bad / "done.json").read_text())["error_kind"] == "server_crash"
     again = _snakemake(tmp_path, "-n")

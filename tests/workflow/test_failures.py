@@ -61,8 +61,9 @@ def _study(faults_of: dict | None = None) -> dict:
         "sweep": {"launches": 1, "grid": {"budget": [4], "topk": [2], "block_size": [8], "window": [2048]},
                   "points": [{"preset": name, "budget": 8, "topk": 4, "block_size": 8, "window": 2048}
                              for name in faults_of]},
+        # counted warm-ups: the crash thresholds below count requests
         "benchmark": {"contexts": [128], "concurrency": [1], "max_new_tokens": 16, "requests_per_cell": 4,
-                      "repeats": 1, "warmup_requests": 1, "request_timeout_s": 3},
+                      "repeats": 1, "warmup_requests": 1, "warmup_window_s": 0, "request_timeout_s": 3},
         "coding_eval": {"enabled": False},
         "analysis": {"regimes": [{"name": "latency", "metric": "decode_tok_s", "context": 128, "concurrency": 1},
                                  {"name": "throughput", "metric": "output_throughput_tok_s", "context": 128,

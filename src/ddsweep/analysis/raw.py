@@ -151,3 +151,18 @@ def gpu_figures(cell: dict[str, Any] | None) -> dict[str, float]:
     return {"energy_j_per_output_token": _nan(_num(cell.get("energy_j_per_output_token"))),
             "gpu_power_w_mean": _nan(_num(gpu.get("power_w_mean"))),
             "gpu_utilization_pct_mean": _nan(_num(gpu.get("utilization_pct_mean")))}
+
+
+def warmups_settled(cells: dict[str, Any] | None) -> dict[tuple, bool | None]:
+    """(workload, context, concurrency, launch) -> whether the warm-up before those cells settled (cells.json
+    `warmups`; launch None for a point whose cells ran in one launch); absent for a counted warm-up or older
+    records."""
+    warmups = [w for w in (cells or {}).get("warmups") or [] if isinstance(w, dict)]
+    one_launch = len({w.get("launch") for w in warmups}) == 1
+    out: dict[tuple, bool | None] = {}
+    for warm in warmups:
+        window = warm.get("window")
+        if isinstance(window, dict) and window.get("stopped_by") != "count":
+            key = (warm.get("workload", ""), warm.get("context"), warm.get("concurrency"))
+            out[(*key, None if one_launch else warm.get("launch"))] = window.get("stable")
+    return out

@@ -23,7 +23,7 @@ from ddsweep.analysis.launch_model import (
     launch_intervals,
     read_launch_map,
 )
-from ddsweep.analysis.raw import figures_from_cells_document, figures_from_requests, gpu_figures
+from ddsweep.analysis.raw import figures_from_cells_document, figures_from_requests, gpu_figures, warmups_settled
 from ddsweep.analysis.statistics import mean_interval
 from ddsweep.analysis.text import first_line
 from ddsweep.config.knobs import KNOBS
@@ -474,18 +474,6 @@ def _cell_rows(record: PointRecord, cells: dict[str, Any] | None, requests: list
     # in the requests frame for acceptance per workload.
     return ([{**base, **row} for row in cell_rows if row.get("workload", "") == primary],
             [{"point_id": record.point_id, **row} for row in request_rows])
-
-
-def warmups_settled(cells: dict[str, Any] | None) -> dict[tuple, bool | None]:
-    """(workload, context, concurrency, launch) -> whether the warm-up before those cells settled (cells.json
-    `warmups`; launch None for a point of one launch); absent for a counted warm-up or older records."""
-    out: dict[tuple, bool | None] = {}
-    for warm in (cells or {}).get("warmups") or []:
-        window = warm.get("window") if isinstance(warm, dict) else None
-        if isinstance(window, dict) and window.get("stopped_by") != "count":
-            out[(warm.get("workload", ""), warm.get("context"), warm.get("concurrency"), warm.get("launch"))] = \
-                window.get("stable")
-    return out
 
 
 def _cell_key(row: dict[str, Any]) -> tuple:

@@ -151,13 +151,13 @@ def estimate_minutes(config: dict, n_points: int) -> dict[str, float]:
     warm = warmup_minutes(bench)
     per_point = (est["startup_min"] + warm) * launches + cells * cell_minutes(est, bench) + coding
     gpus = config["resources"]["gpus"]
-    # at worst every cell and warm-up runs to the cap without settling
+    # at worst every cell and every windowed warm-up runs to the cap without settling
     cap = bench.get("max_window_s", 0) / 60
-    unsettled_warm = launches * len(benchmark_cells(bench)) * max(0.0, cap - bench.get("warmup_window_s", 0) / 60)
+    worst_warm = warmup_minutes({**bench, "warmup_window_s": bench.get("max_window_s", 0)}) if warm else 0.0
     return {"per_point_min": per_point, "total_min": per_point * n_points, "cell_min": cell_minutes(est, bench),
             "warmup_min": warm * launches,
             "worst_per_point_min": per_point + cells * max(0.0, cap - cell_minutes(est, bench))
-            + (unsettled_warm if warm else 0.0),
+            + launches * max(0.0, worst_warm - warm),
             "gpu_hours": per_point * n_points * gpus / 60, "cells_per_point": cells,
             "launches_per_point": launches, "startups": launches * n_points,
             "extra_startup_min": est["startup_min"] * (launches - 1) * n_points}

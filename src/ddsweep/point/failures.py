@@ -153,16 +153,16 @@ def is_persisted(done: Mapping) -> bool:
     return bool(done.get("persisted")) and done.get("status") == "failed"
 
 
-# What else a dropped record takes with it, per stage (patterns under the results directory): Snakemake rebuilds
-# no missing file whose consumers are up to date, so a dropped launch runs again only once its point's merged
-# record, which the summary reads, is gone too.
-CONSUMERS = {"launches": ("points/{point_id}/done.json",), "confirm": ("points/{point_id}/done.json",)}
+# The stages whose records are launches of a point merged into results/points/<id>/done.json: Snakemake rebuilds
+# no missing file whose consumers are up to date, so a dropped launch runs again only once that merged record,
+# which the summary reads, is gone too.
+MERGED_STAGES = frozenset({"launches", "confirm"})
 
 
 def drop_persisted_records(results_dir: Path, point_ids: Collection[str], stages: Collection[str]) -> list[str]:
     """Remove the done.json files under RESULTS_DIR/<stage>/ that record a persisted infrastructure failure of one
-    of `point_ids`, and what reads them (`CONSUMERS`), so that this invocation runs those jobs again; returns the
-    removed records."""
+    of `point_ids` (with a dropped launch's merged point record, `MERGED_STAGES`), so that this invocation runs
+    those jobs again; returns the removed records."""
     results_dir = Path(results_dir)
     dropped = []
     for stage in stages:
@@ -176,9 +176,8 @@ def drop_persisted_records(results_dir: Path, point_ids: Collection[str], stages
             if isinstance(done, dict) and is_persisted(done) and done.get("point_id") in point_ids:
                 path.unlink(missing_ok=True)
                 dropped.append(path.as_posix())
-                for pattern in CONSUMERS.get(stage, ()):
-                    for consumer in results_dir.glob(pattern.format(point_id=done["point_id"])):
-                        consumer.unlink()
+                if stage in MERGED_STAGES:
+                    (results_dir / "points" / str(done["point_id"]) / "done.json").unlink(missing_ok=True)
     return dropped
 
 

@@ -169,6 +169,7 @@ class SimServer(OpenAIEndpoints):
         while True:
             if not self.running and not self.waiting:
                 self.wake.clear()
+                self._drift_t0 = None  # drift:RATE restarts with each busy period
                 await self.wake.wait()
                 target = loop.time()
             batch = [r for r in self.running if not r.cancelled]
@@ -527,8 +528,8 @@ class SimServer(OpenAIEndpoints):
             self._submit(g)
 
     def _drift(self) -> float:
-        """The step-time factor of `drift:RATE`: 1 + RATE per second since the first decode step (a server
-        that slows down steadily, so a cell never settles)."""
+        """The step-time factor of `drift:RATE`: 1 + RATE per second since the first decode step of the current busy
+        period (a server that slows down steadily under load, so a cell never settles however long it has been up)."""
         drift = self.s.fault("drift")
         if not drift:
             return 1.0

@@ -3,12 +3,15 @@
 # there), dummy-weight models written, then the whole workflow on ar, DFLASH, STANDALONE (self-draft), NGRAM and a
 # small DDTree sweep (benchmarks/gpu/study.yaml) on one NVIDIA GPU. Prints where the summary is.
 #
-#   bash benchmarks/gpu/check.sh [--install online|WHEEL_DIR|none] [--work DIR] [--capture] [-- SNAKEMAKE ARGS]
+#   bash benchmarks/gpu/check.sh [--install online|WHEEL_DIR|none] [--work DIR] [--study FILE] [--capture]
+#                                [-- SNAKEMAKE ARGS]
 #
 # --install online    pip install sglang==0.5.17 and the workflow's packages from PyPI
 # --install WHEEL_DIR the same from a folder of wheels (no network)
 # --install none      (default) SGLang must already import with $PYTHON (PYTHONPATH is honoured)
 # --work DIR          models, the study's directory and logs (default /tmp/ddsweep-gpu)
+# --study FILE        the study merged over config/config.yaml (default benchmarks/gpu/study.yaml;
+#                     benchmarks/gpu/stability.yaml: two launches of ar, NGRAM and DDTree side by side)
 # --capture           before the study, capture the real server's answers for the stand-in's fixtures
 #                     (benchmarks/gpu/capture.py; DIR/fixtures)
 # DDTree needs a build that has it (SGLang PR #29907 or the ddtree-v2 build); with released SGLang the DDTree
@@ -16,11 +19,12 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${PYTHON:-python3}
-INSTALL=none WORK=/tmp/ddsweep-gpu CAPTURE=0
+INSTALL=none WORK=/tmp/ddsweep-gpu CAPTURE=0 STUDY=$REPO/benchmarks/gpu/study.yaml
 while [ $# -gt 0 ]; do
   case "$1" in
     --install) INSTALL=$2; shift 2 ;;
     --work) WORK=$2; shift 2 ;;
+    --study) STUDY=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift 2 ;;
     --capture) CAPTURE=1; shift ;;
     --) shift; break ;;
     *) echo "check.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
@@ -57,7 +61,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 RUN=$WORK/run
 mkdir -p "$RUN/config"
 cp "$REPO/config/config.yaml" "$RUN/config/config.yaml"
-sed "s|@MODELS@|$WORK/models|g" "$REPO/benchmarks/gpu/study.yaml" > "$RUN/config/gpu.yaml"
+sed "s|@MODELS@|$WORK/models|g" "$STUDY" > "$RUN/config/gpu.yaml"
 
 if [ "$CAPTURE" = 1 ]; then
   (cd "$RUN" && "$PY" "$REPO/benchmarks/gpu/capture.py" --config config/config.yaml config/gpu.yaml \

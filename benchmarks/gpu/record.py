@@ -90,6 +90,41 @@ def spread_rows(run: Path) -> list[list]:
     return rows
 
 
+AGREEMENT = 0.05
+
+
+def _fmt(value: object, digits: int = 0) -> str:
+    """A number with `digits` decimals, blank when missing."""
+    return "" if value is None or pd.isna(value) else f"{float(value):.{digits}f}"
+
+
+def agreement_rows(run: Path) -> list[list]:
+    """Per point and cell: the output throughput of each server launch, how far the launches are apart (max/min
+    - 1), and whether they agree within AGREEMENT or a launch's cell is flagged unstable; the window, warm-up and
+    energy figures of each launch's cell beside them."""
+    cells = run / "results" / "tables" / "bench_cells.csv"
+    if not cells.exists():
+        return []
+    frame = pd.read_csv(cells)
+    rows = []
+    for (point, context, concurrency), group in frame.groupby(["point_id", "context", "concurrency"], sort=True):
+        group = group.sort_values(["launch", "repeat"])
+        by_launch = group.groupby("launch", sort=True)["output_throughput_tok_s"].mean().dropna()
+        apart = by_launch.max() / by_launch.min() - 1 if len(by_launch) > 1 and by_launch.min() > 0 else None
+        unstable = not group["stable"].fillna(False).astype(bool).all()
+        verdict = ("one launch" if apart is None else "agree" if apart <= AGREEMENT
+                   else "flagged unstable" if unstable else "**apart, not flagged**")
+        settled = group["warmup_settled"].dropna()
+        rows.append([point, int(context), int(concurrency),
+                     ", ".join(_fmt(v) for v in by_launch), "" if apart is None else f"{apart * 100:.1f}%", verdict,
+                     ", ".join(_fmt(v, 1) for v in group["wall_s"]),
+                     ", ".join(_fmt(v, 3) for v in group["subwindow_spread"]),
+                     f"{int(settled.astype(bool).sum())}/{len(settled)}" if len(settled) else "",
+                     ", ".join(_fmt(v, 4) for v in group["energy_j_per_output_token"]) or "",
+                     ", ".join(_fmt(v) for v in group["gpu_power_w_mean"])])
+    return rows
+
+
 def speedup_rows(run: Path) -> list[list]:
     """Per point and regime: the speed-up over ar with its interval (overview.csv)."""
     overview = run / "results" / "tables" / "overview.csv"
@@ -175,6 +210,15 @@ def main() -> None:
                  "launch, the second half on the second.", "",
                  _table(spread_rows(run), ["point", "context", "C", "repeats (tok/s)", "max/min − 1",
                                            "cell wall s"]), ""]
+    sections += ["## Launches side by side", "",
+                 f"Output throughput of each cell per server launch (tok/s, launch order), how far apart the "
+                 f"launches are (max/min − 1), and the verdict: `agree` within {AGREEMENT:.0%}, `flagged unstable` "
+                 "when a launch's cell did not settle (its sub-windows disagreed at the cap), else **apart, not "
+                 "flagged**. Beside them per launch: the cell's wall time (s), its sub-window spread, the warm-ups "
+                 "that settled, energy per output token (J, NVML) and mean GPU power (W).", "",
+                 _table(agreement_rows(run), ["point", "context", "C", "tok/s per launch", "apart", "verdict",
+                                              "cell wall s", "sub-window spread", "warm-ups settled",
+                                              "J per output token", "GPU W"]), ""]
     if args.fixtures and args.fixtures.exists():
         sections += ["## Captured servers (fixtures)", "", _table(fixture_rows(args.fixtures), [
             "point", "start-up s", "completion tokens", "spec_verify_ct", "spec_accept_length", "error"]), ""]

@@ -98,6 +98,11 @@ def _fmt(value: object, digits: int = 0) -> str:
     return "" if value is None or pd.isna(value) else f"{float(value):.{digits}f}"
 
 
+def _fmt_all(values: pd.Series, digits: int = 0) -> str:
+    """Each value formatted, comma-separated; blank when none was measured (no NVML, a simulated study)."""
+    return ", ".join(_fmt(v, digits) for v in values) if values.notna().any() else ""
+
+
 def agreement_rows(run: Path) -> list[list]:
     """Per point and cell: the output throughput of each server launch, how far the launches are apart (max/min
     - 1), and whether they agree within AGREEMENT or a launch's cell is flagged unstable; the window, warm-up and
@@ -117,11 +122,9 @@ def agreement_rows(run: Path) -> list[list]:
         settled = group["warmup_settled"].dropna()
         rows.append([point, int(context), int(concurrency),
                      ", ".join(_fmt(v) for v in by_launch), "" if apart is None else f"{apart * 100:.1f}%", verdict,
-                     ", ".join(_fmt(v, 1) for v in group["wall_s"]),
-                     ", ".join(_fmt(v, 3) for v in group["subwindow_spread"]),
+                     _fmt_all(group["wall_s"], 1), _fmt_all(group["subwindow_spread"], 3),
                      f"{int(settled.astype(bool).sum())}/{len(settled)}" if len(settled) else "",
-                     ", ".join(_fmt(v, 4) for v in group["energy_j_per_output_token"]) or "",
-                     ", ".join(_fmt(v) for v in group["gpu_power_w_mean"])])
+                     _fmt_all(group["energy_j_per_output_token"], 4), _fmt_all(group["gpu_power_w_mean"])])
     return rows
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -24,7 +25,7 @@ from resultsets import (
 from ddsweep.analysis.decisions import Decisions, analyse
 from ddsweep.analysis.results import load_results
 from ddsweep.analysis.settings import DEFAULT_PRIORITIES, DEFAULT_REGIMES, Settings
-from ddsweep.report.document import build_summary
+from ddsweep.report.document import build_summary, spread_caveat
 from ddsweep.report.render import render_decisions, render_markdown
 from ddsweep.report.summarize import SummaryResult, summarize
 
@@ -375,3 +376,16 @@ def test_the_summary_reads_only_this_studys_points_and_names_the_rest(tmp_path: 
     again = summarize(results, tmp_path / "reports2", {"sweep": {"strategy": "adaptive"}},
                       points=[results / "points" / pid / "done.json" for pid in all_ids])
     assert not [c for c in again.document["caveats"] if c["kind"] == "ignored_points"]
+
+
+def test_a_wide_figure_from_two_repeats_is_listed_without_an_interval() -> None:
+    """On an H200, two launches at 96 and 204 tok/s gave "mean 149.8 ± 6193% (95% CI 1.209–1.855e+04)"."""
+    settings = SimpleNamespace(spread_warning=0.1, confidence=0.95)
+    rows = [{"point_id": "few", "metric": "decode_tok_s", "context": 2048, "concurrency": 1, "mean": 149.8,
+             "ci_low": 1.209, "ci_high": 18550.0, "repeats": 2, "relative_half_width": 61.9},
+            {"point_id": "many", "metric": "decode_tok_s", "context": 512, "concurrency": 1, "mean": 100.0,
+             "ci_low": 80.0, "ci_high": 120.0, "repeats": 5, "relative_half_width": 0.2}]
+    items = spread_caveat(SimpleNamespace(settings=settings, spread=pd.DataFrame(rows)))["items"]
+    assert items[0] == ("`few`: 1 wide figure(s); widest decode_tok_s at context 2048, C=1: mean 149.8 "
+                        "(n = 2; more repeats or launches are needed for an interval)")
+    assert items[1].endswith("mean 100 ± 20% (95% CI 80–120, 5 repeats)")

@@ -185,7 +185,7 @@ def _caveats(d: Decisions) -> list[dict[str, Any]]:
                      "a matched comparison.")
     out.append({"kind": "confounds", "title": "Confounded comparisons", "items": items, "text": None if items else (
         "None: every pair of adjacent knob values is connected by a pair of points that differ in that knob only.")})
-    out.append(_spread_caveat(d))
+    out.append(spread_caveat(d))
     out += workload_caveats(d)
     out += verification_caveats(d)
     out += _coding_caveats(d)
@@ -224,7 +224,7 @@ def _alias_caveat(d: Decisions) -> dict[str, Any] | None:
         "members of one group is reported as an effect of a knob."), "items": items}
 
 
-def _spread_caveat(d: Decisions) -> dict[str, Any]:
+def spread_caveat(d: Decisions) -> dict[str, Any]:
     """Figures whose interval is wide relative to the figure."""
     threshold = d.settings.spread_warning
     level = d.settings.confidence
@@ -234,10 +234,12 @@ def _spread_caveat(d: Decisions) -> dict[str, Any]:
     items = []
     for point_id, rows in d.spread.groupby("point_id", sort=False):
         row = rows.iloc[0]
+        n = int(row["repeats"])
+        figure = (f"± {row['relative_half_width']:.0%} ({level:.0%} CI {row['ci_low']:.4g}–{row['ci_high']:.4g}, "
+                  f"{n} repeats)" if interval_meaningful(row["mean"], row["ci_low"], row["ci_high"], n)
+                  else f"({no_interval(n)})")
         items.append(f"`{point_id}`: {len(rows)} wide figure(s); widest {row['metric']} at context "
-                     f"{row['context']}, C={row['concurrency']}: mean {row['mean']:.4g} "
-                     f"± {row['relative_half_width']:.0%} ({level:.0%} CI {row['ci_low']:.4g}–{row['ci_high']:.4g}, "
-                     f"{row['repeats']} repeats)")
+                     f"{row['context']}, C={row['concurrency']}: mean {row['mean']:.4g} {figure}")
     return {"kind": "spread", "title": "Run-to-run spread", "items": items, "text": (
         f"{len(d.spread)} figure(s) of {d.spread['point_id'].nunique()} point(s) have a {level:.0%} CI half-width "
         f"above {threshold:.0%} of the mean; rankings involving them are uncertain (more repeats would narrow "

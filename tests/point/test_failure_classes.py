@@ -241,3 +241,22 @@ def test_busy_gpus_fail_a_real_point_as_infrastructure_before_the_server_starts(
     assert "pid 4242" in failure["error"] and not (out / "done.json").exists()
     assert json.loads((out / "gpu_check.json").read_text())["busy"] is True
     assert not (out / "server.log").exists() or "Serving HTTP" not in (out / "server.log").read_text()
+
+
+def test_a_dropped_screening_record_takes_the_selections_races_merged_points_and_summary_with_it(tmp_path):
+    results = tmp_path / "results"
+    derived = ["results/screen/round1.json", "results/screen/selection.json", "results/confirm/race-0.json",
+               "results/confirm/race-1.json", "results/points/a/done.json", "reports/summary.json"]
+    kept = ["results/screen/a/done.json", "results/confirm/a/launch-0/done.json", "reports/optimization_summary.md"]
+    for name in derived + kept:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(json.dumps({"point_id": "a", "status": "ok"}))
+    assert drop_persisted_records(results, {"a", "f"}, ["screen", "confirm", "points"]) == []  # nothing persisted
+    assert all((tmp_path / name).exists() for name in derived + kept)
+    (results / "screen/f").mkdir()
+    (results / "screen/f/done.json").write_text(json.dumps(
+        {"point_id": "f", "status": "failed", "persisted": True, "failure_class": INFRASTRUCTURE}))
+    dropped = drop_persisted_records(results, {"a", "f"}, ["screen", "confirm", "points"])
+    assert [Path(f).relative_to(tmp_path).as_posix() for f in dropped] == ["results/screen/f/done.json"]
+    assert not any((tmp_path / name).exists() for name in derived)  # derived again, in order, by this invocation
+    assert all((tmp_path / name).exists() for name in kept)  # no launch or screening that ran is repeated

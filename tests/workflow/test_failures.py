@@ -278,3 +278,43 @@ def test_a_launch_that_failed_on_the_machine_runs_again_next_time_and_joins_its_
     rows = {r["point_id"]: r for r in csv.DictReader((workdir / "results/tables/points.csv").open())}
     assert rows[point]["status"] == "ok", rows[point]
     assert f"`{point}` **failed**" not in (workdir / "reports/optimization_summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_screening_that_failed_on_the_machine_runs_again_next_time_and_the_study_settles(tmp_path):
+    # flaky: its first start never becomes healthy (counted in the state dir), later ones serve; no retry, so its
+    # screening ends persisted; the next invocation screens it again and reselects without repeating launches.
+    study = _study({"flaky": (["never-healthy-first:1"], None)})
+    study["engine"]["presets"]["flaky"]["args"] += ["--sim-state-dir", str(tmp_path / "standin-state")]
+    study["sweep"]["strategy"] = "adaptive"
+    study["sweep"]["screen"] = {"requests_per_cell": 4, "confidence": 0.999999, "race_keep": None,
+                                "settle_launches": 0}
+    study["benchmark"]["repeats"] = 2
+    study["resources"] = {"retries": 0}
+    workdir = copy_workflow(tmp_path / "study")
+    (workdir / "faults.yaml").write_text(yaml.safe_dump(study))
+    first = _snakemake(workdir, "--keep-going")
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    point = "flaky-bs8-b8-t4-w2048"
+    screened = workdir / "results/screen" / point / "done.json"
+    assert json.loads(screened.read_text()).get("persisted"), screened.read_text()
+    assert point in json.loads((workdir / "results/screen/funnel.json").read_text())["failed"]
+    launches_before = {p: p.stat().st_mtime for p in (workdir / "results/confirm").rglob("launch-*/done.json")}
+
+    again = _snakemake(workdir, "-n")  # the screening runs again, and the selections after it
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("rule screen_point:") == 1 and f"results/screen/{point}/done.json" in again.stdout
+    assert "checkpoint screen_select:" in again.stdout and "rule summarize:" in again.stdout
+    assert "rule confirm_launch:" not in again.stdout  # known after the selections; none is repeated (below)
+
+    second = _snakemake(workdir)
+    assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]
+    assert json.loads(screened.read_text()).get("status") == "ok", screened.read_text()
+    funnel = json.loads((workdir / "results/screen/funnel.json").read_text())
+    assert point not in funnel["failed"] and (point in funnel["survivors"] or point in funnel["dropped"]), funnel
+    assert all(p.stat().st_mtime == t for p, t in launches_before.items())  # no launch ran twice
+    merged = json.loads((workdir / "results/points" / point / "done.json").read_text())  # it joined the race
+    assert merged["status"] == "ok" and len(list((workdir / "results/confirm" / point).glob("launch-*"))) == 2
+    assert f"`{point}` failed in screening" not in (workdir / "reports/optimization_summary.md").read_text()
+    settled = _snakemake(workdir, "-n")
+    assert settled.returncode == 0 and "Nothing to be done" in settled.stdout + settled.stderr, settled.stdout[-3000:]

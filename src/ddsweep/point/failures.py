@@ -159,10 +159,25 @@ def is_persisted(done: Mapping) -> bool:
 MERGED_STAGES = frozenset({"launches", "confirm"})
 
 
+def _consumers(results_dir: Path, stage: str, point_id: str) -> list[Path]:
+    """The records built from a dropped record of `stage`, removed with it so that Snakemake runs it again. An
+    adaptive study's screening records lead through its selections and race rounds (checkpoints) to the merged
+    point records and the summary (workflow/rules/adaptive.smk): all of them go, so this invocation derives them
+    again in order (the summary, a target, pulls the chain); no launch that already ran is repeated (launches take
+    no input on the selections)."""
+    if stage in MERGED_STAGES:
+        return [results_dir / "points" / point_id / "done.json"]
+    if stage == "screen":
+        return [results_dir / "screen" / "round1.json", results_dir / "screen" / "selection.json",
+                *sorted((results_dir / "confirm").glob("race-*.json")),
+                *sorted((results_dir / "points").glob("*/done.json")), results_dir.parent / "reports" / "summary.json"]
+    return []
+
+
 def drop_persisted_records(results_dir: Path, point_ids: Collection[str], stages: Collection[str]) -> list[str]:
     """Remove the done.json files under RESULTS_DIR/<stage>/ that record a persisted infrastructure failure of one
-    of `point_ids` (with a dropped launch's merged point record, `MERGED_STAGES`), so that this invocation runs
-    those jobs again; returns the removed records."""
+    of `point_ids` (with the records built from it: a launch's merged point record, a screening's selections), so
+    that this invocation runs those jobs again; returns the removed records."""
     results_dir = Path(results_dir)
     dropped = []
     for stage in stages:
@@ -176,8 +191,8 @@ def drop_persisted_records(results_dir: Path, point_ids: Collection[str], stages
             if isinstance(done, dict) and is_persisted(done) and done.get("point_id") in point_ids:
                 path.unlink(missing_ok=True)
                 dropped.append(path.as_posix())
-                if stage in MERGED_STAGES:
-                    (results_dir / "points" / str(done["point_id"]) / "done.json").unlink(missing_ok=True)
+                for consumer in _consumers(results_dir, stage, str(done["point_id"])):
+                    consumer.unlink(missing_ok=True)
     return dropped
 
 

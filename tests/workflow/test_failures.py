@@ -78,6 +78,21 @@ def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
                           timeout=600, check=False)
 
 
+def _flaky_study(tmp_path: Path, sweep: dict, repeats: int) -> Path:
+    """A study whose `flaky` point's first server start never becomes healthy (counted across starts in a state
+    dir) while later ones serve, with no retry, run once with --keep-going; returns its directory."""
+    study = _study({"flaky": (["never-healthy-first:1"], None)})
+    study["engine"]["presets"]["flaky"]["args"] += ["--sim-state-dir", str(tmp_path / "standin-state")]
+    study["sweep"].update(sweep)
+    study["benchmark"]["repeats"] = repeats
+    study["resources"] = {"retries": 0}
+    workdir = copy_workflow(tmp_path / "study")
+    (workdir / "faults.yaml").write_text(yaml.safe_dump(study))
+    first = _snakemake(workdir, "--keep-going")
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    return workdir
+
+
 @pytest.mark.slow
 def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables_and_bundle(tmp_path):
     workdir = copy_workflow(tmp_path / "study", strict_standin=True)
@@ -247,15 +262,8 @@ def test_an_adaptive_study_names_screening_and_confirmation_failures_and_still_r
 def test_a_launch_that_failed_on_the_machine_runs_again_next_time_and_joins_its_point(tmp_path):
     # flaky: its first start never becomes healthy (counted across launches in the state dir), later ones serve;
     # no retry, so one of its two launches ends persisted and the point is measured from the other.
-    study = _study({"flaky": (["never-healthy-first:1"], None)})
-    study["engine"]["presets"]["flaky"]["args"] += ["--sim-state-dir", str(tmp_path / "standin-state")]
-    study["sweep"]["launches"] = 2
-    study["benchmark"]["repeats"] = 2  # one per launch
-    study["resources"] = {"retries": 0}
-    workdir = copy_workflow(tmp_path / "study")
-    (workdir / "faults.yaml").write_text(yaml.safe_dump(study))
-    first = _snakemake(workdir, "--keep-going")
-    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    sweep = {"launches": 2}
+    workdir = _flaky_study(tmp_path, sweep, repeats=2)  # one repeat per launch
     point = "flaky-bs8-b8-t4-w2048"
     launches = workdir / "results/launches" / point
     persisted = [d.name for d in sorted(launches.iterdir())
@@ -284,17 +292,9 @@ def test_a_launch_that_failed_on_the_machine_runs_again_next_time_and_joins_its_
 def test_a_screening_that_failed_on_the_machine_runs_again_next_time_and_the_study_settles(tmp_path):
     # flaky: its first start never becomes healthy (counted in the state dir), later ones serve; no retry, so its
     # screening ends persisted; the next invocation screens it again and reselects without repeating launches.
-    study = _study({"flaky": (["never-healthy-first:1"], None)})
-    study["engine"]["presets"]["flaky"]["args"] += ["--sim-state-dir", str(tmp_path / "standin-state")]
-    study["sweep"]["strategy"] = "adaptive"
-    study["sweep"]["screen"] = {"requests_per_cell": 4, "confidence": 0.999999, "race_keep": None,
-                                "settle_launches": 0}
-    study["benchmark"]["repeats"] = 2
-    study["resources"] = {"retries": 0}
-    workdir = copy_workflow(tmp_path / "study")
-    (workdir / "faults.yaml").write_text(yaml.safe_dump(study))
-    first = _snakemake(workdir, "--keep-going")
-    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    sweep = {"strategy": "adaptive", "screen": {"requests_per_cell": 4, "confidence": 0.999999, "race_keep": None,
+                                                "settle_launches": 0}}
+    workdir = _flaky_study(tmp_path, sweep, repeats=2)
     point = "flaky-bs8-b8-t4-w2048"
     screened = workdir / "results/screen" / point / "done.json"
     assert json.loads(screened.read_text()).get("persisted"), screened.read_text()

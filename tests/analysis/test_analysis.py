@@ -22,6 +22,7 @@ from ddsweep.analysis.results import (
     failure_patterns,
     load_results,
 )
+from ddsweep.analysis.text import first_line
 from ddsweep.cli import main
 from ddsweep.report.plots import PLOTS
 from ddsweep.report.tables import overview_table, write_tables
@@ -146,3 +147,12 @@ def test_cli_summarize_writes_tables_plots_and_summary(tmp_path: Path, capsys) -
     drawn = {path.stem for path in (tmp_path / "reports" / "plots").glob("*.png")}
     assert drawn == set(PLOTS) and "pareto_per_user" in drawn
     assert main(["summarize", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r2")]) == 2
+
+
+def test_a_failure_reason_is_its_first_line_without_the_label_of_the_log_lines_after_it():
+    error = ("the server exited with code -9 during startup (port 5): RuntimeError: size mismatch; last log lines:\n"
+             "Scheduler hit an exception: Traceback (most recent call last):\n")
+    assert first_line(error) == "the server exited with code -9 during startup (port 5): RuntimeError: size mismatch"
+    assert first_line("\n  a point failed; see: the log  \nmore") == "a point failed; see: the log"
+    assert first_line("a cell failed; reasons:") == "a cell failed; reasons:"
+    assert first_line("") is None

@@ -117,8 +117,10 @@ def measurement_caveat(cells: pd.DataFrame) -> dict[str, Any] | None:
     if not items:
         return None
     return {"kind": "measurement_quality", "title": "Cells to measure again or read with care", "text": (
-        "Unstable: the cell's window ended at benchmark.max_window_s with its sub-windows more than "
-        "benchmark.stability_tolerance apart. Launches apart: the point's server launches disagree on the cell's "
+        "Unstable: the cell's sub-windows, recomputed from its requests, are more than "
+        "benchmark.stability_tolerance apart (mostly cells that ran to benchmark.max_window_s unsettled; near the "
+        "tolerance, also cells the running check stopped as settled). Launches apart: the point's server "
+        "launches disagree on the cell's "
         f"output throughput by more than {LAUNCH_AGREEMENT:.0%}, although each window may have settled; the launch, "
         "not the window, is then the unit of variation (more launches narrow it). Saturated: every verify step "
         "accepted every draft, so the acceptance measures the verify width, not the drafter. Stalls: a first token "

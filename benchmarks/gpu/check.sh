@@ -11,7 +11,8 @@
 # --install none      (default) SGLang must already import with $PYTHON (PYTHONPATH is honoured)
 # --work DIR          models, the study's directory and logs (default /tmp/ddsweep-gpu)
 # --study FILE        the study merged over config/config.yaml (default benchmarks/gpu/study.yaml;
-#                     benchmarks/gpu/stability.yaml: two launches of ar, NGRAM and DDTree side by side)
+#                     benchmarks/gpu/stability.yaml: two launches of ar, NGRAM and DDTree side by side); given
+#                     more than once, the files are merged in order (an overlay after the study it changes)
 # --capture           before the study, capture the real server's answers for the stand-in's fixtures
 #                     (benchmarks/gpu/capture.py; DIR/fixtures)
 # DDTree needs a build that has it (SGLang PR #29907 or the ddtree-v2 build); with released SGLang the DDTree
@@ -19,12 +20,12 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${PYTHON:-python3}
-INSTALL=none WORK=/tmp/ddsweep-gpu CAPTURE=0 STUDY=$REPO/benchmarks/gpu/study.yaml
+INSTALL=none WORK=/tmp/ddsweep-gpu CAPTURE=0 STUDIES=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --install) INSTALL=$2; shift 2 ;;
     --work) WORK=$2; shift 2 ;;
-    --study) STUDY=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift 2 ;;
+    --study) STUDIES+=("$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"); shift 2 ;;
     --capture) CAPTURE=1; shift ;;
     --) shift; break ;;
     *) echo "check.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
@@ -61,17 +62,22 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 RUN=$WORK/run
 mkdir -p "$RUN/config"
 cp "$REPO/config/config.yaml" "$RUN/config/config.yaml"
-sed "s|@MODELS@|$WORK/models|g" "$STUDY" > "$RUN/config/gpu.yaml"
+[ ${#STUDIES[@]} -gt 0 ] || STUDIES=("$REPO/benchmarks/gpu/study.yaml")
+CONFIGS=()
+for i in "${!STUDIES[@]}"; do
+  sed "s|@MODELS@|$WORK/models|g" "${STUDIES[$i]}" > "$RUN/config/gpu-$i.yaml"
+  CONFIGS+=("$RUN/config/gpu-$i.yaml")
+done
 
 if [ "$CAPTURE" = 1 ]; then
-  (cd "$RUN" && "$PY" "$REPO/benchmarks/gpu/capture.py" --config config/config.yaml config/gpu.yaml \
+  (cd "$RUN" && "$PY" "$REPO/benchmarks/gpu/capture.py" --config config/config.yaml "${CONFIGS[@]}" \
      --out "$WORK/fixtures" --points dflash-bs8 ddtree-v2-bs8-b8-t1-woff standalone-bs5-b4-t1-woff ngram-bs8)
 fi
 
 study_start=$(date +%s)
 set +e
 "$PY" -m snakemake --snakefile "$REPO/Snakefile" --directory "$RUN" --cores all --keep-going \
-  --configfile "$RUN/config/gpu.yaml" "$@"
+  --configfile "${CONFIGS[@]}" "$@"
 code=$?
 set -e
 now=$(date +%s)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddsweep.analysis.text import first_line
 from ddsweep.config.plan import estimate_minutes, running_points
 from ddsweep.config.study import ConfigError, load_config
 from ddsweep.slurm import parse_slurm_duration
@@ -107,7 +108,7 @@ def point_state(directory: Path, job: dict[str, Any] | None, regime: dict[str, A
     elif outcome and outcome.get("status") == "failed":
         kind = outcome.get("error_kind")
         state.state = "interrupted" if kind == "interrupted" else "failed"
-        reason = next((line for line in str(outcome.get("error", "")).splitlines() if line.strip()), "")
+        reason = first_line(outcome.get("error")) or ""
         label = "failed-infrastructure: " if outcome.get("failure_class") == "infrastructure" else ""
         rerun = "" if kind == "interrupted" else f" ({label}rerun by the next invocation)"
         state.detail = f"{kind}: {reason}{rerun}"

@@ -15,6 +15,7 @@ from conftest import demo_record
 
 from ddsweep.point.lifecycle import (
     ManagedServer,
+    ServerSpec,
     describe_failed_checks,
     find_free_port,
     owned_processes,
@@ -292,3 +293,40 @@ def start_run_point_on_a_slow_server(out: Path, stderr: int) -> tuple[subprocess
     port = json.loads((out / "point.json").read_text())["port"]
     assert owned_processes_of_port(port), "the server should be starting"
     return proc, port
+
+
+def test_a_failure_while_the_server_is_still_dying_is_named_a_crash(tmp_path):
+    """A dying server's connections close before its process ends: the failure waits for it to end, so one
+    crash gets one kind on every attempt (the rule that tells a deterministic crash from the machine's)."""
+    from ddsweep.point.run import _crash_or
+
+    dying = [sys.executable, "-c", "import time; print('Traceback (most recent call last):'); "
+             "print('  File \"x.py\", line 1, in f'); print('RuntimeError: boom', flush=True); "
+             "time.sleep(1.0); raise SystemExit(3)"]
+    server = ManagedServer(ServerSpec(command=dying, env={}, host="127.0.0.1", port=find_free_port()),
+                           tmp_path / "server.log", shutdown_timeout_s=3)
+    server.start()
+    try:
+        assert server.exited() is None  # still running when the requests failed
+        failure = _crash_or(server, "benchmark", "bench_failures", "requests failed")
+    finally:
+        server.stop()
+    assert failure.kind == "server_crash"
+    assert "exited with code 3 during the benchmark: RuntimeError: boom" in str(failure)
+
+
+def test_a_failure_of_a_server_that_lives_on_keeps_its_kind(tmp_path):
+    from ddsweep.point.run import CRASH_GRACE_S, _crash_or
+
+    living = [sys.executable, "-c", "import time; time.sleep(60)"]
+    server = ManagedServer(ServerSpec(command=living, env={}, host="127.0.0.1", port=find_free_port()),
+                           tmp_path / "server.log", shutdown_timeout_s=3)
+    server.start()
+    try:
+        started = time.monotonic()
+        failure = _crash_or(server, "benchmark", "bench_failures", "requests failed")
+        waited = time.monotonic() - started
+    finally:
+        server.stop()
+    assert failure.kind == "bench_failures" and str(failure) == "requests failed"
+    assert CRASH_GRACE_S - 0.5 <= waited < CRASH_GRACE_S + 5

@@ -164,9 +164,14 @@ class ManagedServer:
                                   f"{self.spec.command[0]!r}: {exc}") from exc
         self.started_at = time.monotonic()
 
-    def exited(self) -> int | None:
-        """The exit code if the server process has ended, else None."""
-        return None if self.process is None else self.process.poll()
+    def exited(self, within_s: float = 0.0) -> int | None:
+        """The exit code if the server process has ended (waiting up to `within_s` for it to end), else None."""
+        if self.process is None:
+            return None
+        try:
+            return self.process.wait(timeout=within_s) if within_s > 0 else self.process.poll()
+        except subprocess.TimeoutExpired:
+            return None
 
     def wait_until_healthy(self, timeout_s: float, progress: Callable[[str], None] | None = None,
                            poll_s: float = 0.5, report_every_s: float = 15.0) -> float:

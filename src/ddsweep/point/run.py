@@ -52,6 +52,8 @@ from ddsweep.slurm import parse_slurm_duration
 from ddsweep.storage import read_json, write_json_atomic
 
 PORT_ATTEMPTS = 3
+# Seconds a server whose requests failed is given to end, before the failure is named a crash or not.
+CRASH_GRACE_S = 5.0
 
 
 class PointFailed(RuntimeError):
@@ -265,8 +267,10 @@ def _verify(server: ManagedServer, out_dir: Path, run: PointRun) -> dict:
 
 def _crash_or(server: ManagedServer, step: str, kind: str, message: str) -> PointFailed:
     """Name a server crash during `step` as such when the process is gone (with the exception it died of, when
-    its log has a traceback), else keep the given kind."""
-    code = server.exited()
+    its log has a traceback), else keep the given kind. A dying server's connections close before its process
+    has ended, so it is given CRASH_GRACE_S to end: one crash is then named alike on every attempt, which is what
+    tells a deterministic crash from the machine's (point/failures.py)."""
+    code = server.exited(within_s=CRASH_GRACE_S)
     if code is not None:
         raised = engine_exceptions(server.log_path.read_text(errors="replace") if server.log_path.exists() else "")
         died_of = f": {raised[-1].line}" if raised else ""

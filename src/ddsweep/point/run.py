@@ -279,9 +279,10 @@ def _crash_or(server: ManagedServer, step: str, kind: str, message: str) -> Poin
     return PointFailed(kind, message)
 
 
-def _check_alive(server: ManagedServer, step: str) -> None:
-    """Fail the point when the server died during `step`, even if the step tolerated the requests it lost."""
-    if server.exited() is not None:
+def _check_alive(server: ManagedServer, step: str, requests_failed: bool) -> None:
+    """Fail the point when the server died during `step`, even if the step tolerated the requests it lost (when
+    some failed, the server is given CRASH_GRACE_S to end: it may be dying)."""
+    if server.exited(within_s=CRASH_GRACE_S if requests_failed else 0) is not None:
         raise _crash_or(server, step, "server_crash", "its results are incomplete")
 
 
@@ -313,7 +314,7 @@ def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun
         doc = run_benchmark(server.spec.url, out_dir / "bench", feasible, simulated=run.simulated, progress=progress)
     except BenchmarkError as exc:
         raise _crash_or(server, "benchmark", "bench_failures", _with_failed_cells(str(exc), out_dir)) from exc
-    if server.exited() is not None:
+    if server.exited(within_s=CRASH_GRACE_S if doc.get("failed_cells") else 0) is not None:
         raise _crash_or(server, "benchmark", "server_crash",
                         _with_failed_cells("its results are incomplete", out_dir))
     run.failed_cells = [{key: cell.get(key) for key in ("workload", "context", "concurrency", "repeat",
@@ -335,10 +336,11 @@ def _coding_eval(record: dict, server: ManagedServer, out_dir: Path, run: PointR
     # `ar` asks every problem twice: the ar-vs-ar exact-match floor of the losslessness check.
     settings.repeat_answers = bool(coding["ar_repeat"]) and record["preset"]["kind"] == "ar"
     try:
-        run_coding_eval(server.spec.url, out_dir / "coding", settings, simulated=run.simulated, progress=progress)
+        summary = run_coding_eval(server.spec.url, out_dir / "coding", settings, simulated=run.simulated,
+                                  progress=progress)
     except CodingEvalError as exc:
         raise _crash_or(server, "coding eval", "coding", str(exc)) from exc
-    _check_alive(server, "coding eval")
+    _check_alive(server, "coding eval", bool(summary.get("request_failures")))
 
 
 def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _stderr,

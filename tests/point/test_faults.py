@@ -477,7 +477,9 @@ def test_workflow_records_a_crashing_point_as_a_result_and_reruns_only_it_on_req
     assert json.loads((bad / "done.json").read_text())["error_kind"] == "server_crash"
     again = _snakemake(tmp_path, "-n")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "Nothing to be done" in again.stdout + again.stderr  # a configuration's failure is a result
+    attempts = [*(json.loads(f.read_text()) for f in sorted(bad.glob("attempts/*/failure.json"))), failure]
+    # a configuration's failure is a result: the crash was named alike on both attempts
+    assert "Nothing to be done" in again.stdout + again.stderr, [(a["error_kind"], a["error"][:200]) for a in attempts]
     forced = _snakemake(tmp_path, "-n", "--forcerun", "results/points/crashy-bs8-b8-t4-w2048/done.json")
     dry = forced.stdout + forced.stderr
     counts = _job_counts(dry)

@@ -279,11 +279,12 @@ def _crash_or(server: ManagedServer, step: str, kind: str, message: str) -> Poin
     return PointFailed(kind, message)
 
 
-def _check_alive(server: ManagedServer, step: str, requests_failed: bool) -> None:
+def _check_alive(server: ManagedServer, step: str, requests_failed: bool,
+                 message: str = "its results are incomplete") -> None:
     """Fail the point when the server died during `step`, even if the step tolerated the requests it lost (when
     some failed, the server is given CRASH_GRACE_S to end: it may be dying)."""
     if server.exited(within_s=CRASH_GRACE_S if requests_failed else 0) is not None:
-        raise _crash_or(server, step, "server_crash", "its results are incomplete")
+        raise _crash_or(server, step, "server_crash", message)
 
 
 def _with_failed_cells(message: str, out_dir: Path) -> str:
@@ -314,9 +315,8 @@ def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun
         doc = run_benchmark(server.spec.url, out_dir / "bench", feasible, simulated=run.simulated, progress=progress)
     except BenchmarkError as exc:
         raise _crash_or(server, "benchmark", "bench_failures", _with_failed_cells(str(exc), out_dir)) from exc
-    if server.exited(within_s=CRASH_GRACE_S if doc.get("failed_cells") else 0) is not None:
-        raise _crash_or(server, "benchmark", "server_crash",
-                        _with_failed_cells("its results are incomplete", out_dir))
+    _check_alive(server, "benchmark", bool(doc.get("failed_cells")),
+                 _with_failed_cells("its results are incomplete", out_dir))
     run.failed_cells = [{key: cell.get(key) for key in ("workload", "context", "concurrency", "repeat",
                                                          "failure_reason")} for cell in doc.get("failed_cells", [])]
     if doc.get("cells") and len(run.failed_cells) == len(doc["cells"]):

@@ -6,6 +6,8 @@
 
 from snakemake.utils import min_version
 
+from ddsweep.budget import resume_message
+
 min_version("9.0")
 
 
@@ -30,6 +32,7 @@ else:
 
 include: "workflow/rules/coding_full.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/store.smk"
 
 
 rule all:
@@ -43,3 +46,6 @@ onsuccess:
         "\nddsweep: optimization summary in reports/optimization_summary.md; "
         "tables in results/tables/, plots in reports/plots/, bundles in reports/bundles/."
     )
+    resume = resume_message(Path("results"), STUDY["reproduce_command"])
+    if resume:
+        print(resume)

@@ -21,12 +21,17 @@ import compileall
 import copy
 import os
 import shutil
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 from configs import study_yaml
+from standin import free_port
 
 from ddsweep.config.records import point_record
 from ddsweep.config.study import find_point, merge_config, validate_config
@@ -89,6 +94,38 @@ def copy_workflow(dest: Path, strict_standin: bool = False) -> Path:
 def venv_env() -> dict[str, str]:
     """The environment with this interpreter's bin directory first on PATH, so jobs find `ddsweep`."""
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """The URL of a moto S3 server, with the SNAKEMAKE_STORAGE_S3_* settings the storage plugin reads set for it."""
+    port = free_port()
+    server = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    else:
+        server.kill()
+        pytest.fail("the moto S3 server did not answer within 30 s")
+    settings = {"SNAKEMAKE_STORAGE_S3_ENDPOINT_URL": url, "SNAKEMAKE_STORAGE_S3_ACCESS_KEY": "testing",
+                "SNAKEMAKE_STORAGE_S3_SECRET_KEY": "testing"}
+    saved = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    yield url
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.terminate()
+    server.wait(timeout=10)
 
 
 # Run first, in this order (pyproject.toml keeps it: `--no-loadscope-reorder`): the two long chains of workflow

@@ -4,7 +4,7 @@
 # small DDTree sweep (benchmarks/gpu/study.yaml) on one NVIDIA GPU. Prints where the summary is.
 #
 #   bash benchmarks/gpu/check.sh [--install online|WHEEL_DIR|none] [--work DIR] [--study FILE] [--capture]
-#                                [-- SNAKEMAKE ARGS]
+#                                [--time-budget S] [--store DIR|s3://BUCKET/PREFIX] [-- SNAKEMAKE ARGS]
 #
 # --install online    pip install sglang==0.5.17 and the workflow's packages from PyPI
 # --install WHEEL_DIR the same from a folder of wheels (no network)
@@ -15,18 +15,25 @@
 #                     more than once, the files are merged in order (an overlay after the study it changes)
 # --capture           before the study, capture the real server's answers for the stand-in's fixtures
 #                     (benchmarks/gpu/capture.py; DIR/fixtures)
+# --time-budget S     start no point whose estimate does not fit in the S seconds left (budget_s); the check ends
+#                     with a summary of what is measured and prints the command that resumes it
+# --store DIR|s3://…  the study store (store): each finished point is copied there as it ends, and a check run on
+#                     a fresh machine (or --work) with the same store resumes the study, measuring only what is missing
 # DDTree needs a build that has it (SGLang PR #29907 or the ddtree-v2 build); with released SGLang the DDTree
 # points are refused by the preflight and recorded, and the rest of the study runs.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
+ORIGINAL_ARGS=("$@")
 PY=${PYTHON:-python3}
-INSTALL=none WORK=/tmp/ddsweep-gpu CAPTURE=0 STUDIES=()
+INSTALL=none WORK=/tmp/ddsweep-gpu CAPTURE=0 STUDIES=() SETTINGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --install) INSTALL=$2; shift 2 ;;
     --work) WORK=$2; shift 2 ;;
     --study) STUDIES+=("$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"); shift 2 ;;
     --capture) CAPTURE=1; shift ;;
+    --time-budget) SETTINGS+=("budget_s=$2"); shift 2 ;;
+    --store) SETTINGS+=("store=$2"); shift 2 ;;
     --) shift; break ;;
     *) echo "check.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
@@ -77,7 +84,7 @@ fi
 study_start=$(date +%s)
 set +e
 "$PY" -m snakemake --snakefile "$REPO/Snakefile" --directory "$RUN" --cores all --keep-going \
-  --configfile "${CONFIGS[@]}" "$@"
+  --configfile "${CONFIGS[@]}" ${SETTINGS[@]+--config "${SETTINGS[@]}"} "$@"
 code=$?
 set -e
 now=$(date +%s)
@@ -86,6 +93,11 @@ if [ -f "$RUN/reports/optimization_summary.md" ]; then
   echo "check.sh: summary in $RUN/reports/optimization_summary.md (tables in $RUN/results/tables/)"
 else
   echo "check.sh: no summary was written; the point logs are in $RUN/results/logs/points/" >&2
+fi
+if PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c \
+    'import sys; from ddsweep.budget import not_started; sys.exit(0 if not_started(sys.argv[1]) else 1)' \
+    "$RUN/results"; then
+  echo "check.sh: points are left for lack of time; resume with the same command: bash $0 ${ORIGINAL_ARGS[*]}"
 fi
 leftover=$(pgrep -f "sglang.launch_server" || true)
 [ -z "$leftover" ] || echo "check.sh: WARNING: server processes still running: $leftover" >&2

@@ -2,6 +2,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -17,6 +18,11 @@ from ddsweep.adaptive.stages import is_adaptive
 from ddsweep.config.records import point_record
 from ddsweep.config.study import ConfigError, validate_config
 from ddsweep.point.failures import drop_persisted_records, note_reruns
+from ddsweep.budget import ENV as BUDGET_ENV
+from ddsweep.budget import make_budget
+from ddsweep.point.marks import STORE_ENV
+from ddsweep.point.run import slurm_time_left_s
+from ddsweep.store import StoreError, StudyStore, describe_pull, pull, store_units
 
 # ddsweep's own check first: its messages name the key and the rule broken, and STUDY, which every rule reads,
 # has the schema's defaults filled. The catalog-style schema validation follows without filling defaults itself:
@@ -41,6 +47,31 @@ STUDY["sweep"]["strategy"] = "adaptive" if ADAPTIVE else "grid"
 REFERENCE = reference_point(STUDY)
 # Server launches per grid point (sweep.launches; workflow/rules/launches.smk).
 LAUNCHES = grid_launches(STUDY)
+
+# The study store (`store`; workflow/rules/store.smk): a fresh working directory first takes every finished job
+# from it, with its mtimes, so that Snakemake runs only what is missing; an attempt that started and never ended
+# is reported as interrupted, and its job runs again whole. Point jobs mark their attempts there (DDSWEEP_STORE).
+STORE = STUDY["store"]
+if STORE and ADAPTIVE:
+    raise WorkflowError("bad configuration: store: a study store holds grid studies (sweep.strategy grid)")
+os.environ.setdefault(STORE_ENV, STORE or "")
+if STORE and workflow.is_main_process:
+    try:
+        print(describe_pull(pull(StudyStore.open(STORE), Path("."), store_units(POINTS, LAUNCHES)), STORE))
+    except StoreError as error:
+        raise WorkflowError(f"study store: {error}") from None
+# The invocation's time budget (`budget_s`, and the Slurm allocation it runs in): point jobs that would not finish
+# in the time left are recorded as not started (ddsweep.budget).
+if workflow.is_main_process:
+    BUDGET = make_budget(STUDY, Path("results"), time.time(), slurm_time_left_s())
+    os.environ[BUDGET_ENV] = BUDGET.to_env() if BUDGET else ""
+os.environ.setdefault(BUDGET_ENV, "")
+
+
+envvars:
+    STORE_ENV,
+    BUDGET_ENV,
+
 
 # An infrastructure failure that outlasted the retries of an earlier invocation was that invocation's result
 # (done.json `persisted`): this one drops the record and runs the job again, the summary with it (reruns.json,
@@ -263,4 +294,12 @@ def final_outputs():
         *expand("results/tables/{table}.csv", table=TABLES),
         *expand("reports/plots/{plot}.png", plot=PLOTS),
         *(["reports/adaptive_funnel.md"] if ADAPTIVE else []),
+        *stored_markers(),
     ]
+
+
+def stored_markers():
+    """With a study store: the manifest of every job's directory and of the reports, once copied there."""
+    if not STORE:
+        return []
+    return [f"{unit}/stored.json" for unit in [*store_units(POINTS, LAUNCHES), "reports"]]

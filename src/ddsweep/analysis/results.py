@@ -108,6 +108,9 @@ class PointRecord:
     off_target_cells: list[dict[str, Any]] = field(default_factory=list)  # cells whose prompts missed the context
     failed_cells: list[dict[str, Any]] = field(default_factory=list)  # a partial point's failed cells (not used)
     infeasible_cells: list[dict[str, Any]] = field(default_factory=list)  # cells no prompt could be sized to
+    # attempts of its jobs that never finished (a lost machine, a signal, a time limit): done.json
+    # `interrupted_attempts` of the point and of its launches
+    interruptions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def shown_status(self) -> str:
@@ -364,6 +367,17 @@ def _num(value: Any) -> float:
         return math.nan
 
 
+def _interruptions(directory: Path) -> list[dict[str, Any]]:
+    """The interrupted attempts recorded in the done.json of a point and of its launches (results/launches/<id>/)."""
+    found = []
+    launches = directory.parent.parent / "launches" / directory.name
+    for path in [directory / "done.json", *sorted(launches.glob("launch-*/done.json"))]:
+        done = _read_json(path, [], required=False)
+        if isinstance(done, dict) and isinstance(done.get("interrupted_attempts"), list):
+            found += [a for a in done["interrupted_attempts"] if isinstance(a, dict)]
+    return found
+
+
 def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, list[dict], list[dict], dict | None]:
     """Read one point directory into its record, cells document, request records, coding problems and coding
     summary."""
@@ -405,6 +419,7 @@ def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, li
         record.status = "incomplete"
         record.error = "neither status.json nor failure.json exists (the point never finished)"
 
+    record.interruptions = _interruptions(directory)
     environment = _read_json(directory / "environment.json", issues, required=record.status == "ok")
     if isinstance(environment, dict):
         record.environment = environment

@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ddsweep.bench.feasibility import describe as describe_infeasible
+from ddsweep.budget import ENV as BUDGET_ENV
+from ddsweep.budget import KIND as BUDGET_KIND
+from ddsweep.budget import TimeBudget
 from ddsweep.config.knobs import KNOBS
 from ddsweep.config.operational import with_operations
 from ddsweep.config.records import point_record
@@ -46,10 +49,12 @@ from ddsweep.point.lifecycle import (
     render_server,
     verify_settings,
 )
+from ddsweep.point.marks import AttemptMarks
 from ddsweep.point.multinode import group_spec, is_multinode
 from ddsweep.point.preflight import PROBE_PORT, Finding
 from ddsweep.slurm import parse_slurm_duration
 from ddsweep.storage import read_json, write_json_atomic
+from ddsweep.store import STARTED
 
 PORT_ATTEMPTS = 3
 # Seconds a server whose requests failed is given to end, before the failure is named a crash or not.
@@ -141,7 +146,7 @@ def check_gpus_free(out_dir: Path, progress: Callable[[str], None]) -> None:
 
 def _archive_previous_attempt(out_dir: Path) -> None:
     """Move the files of an earlier attempt into attempts/<time>/, so a rerun never mixes or loses data."""
-    entries = [p for p in out_dir.iterdir() if p.name != "attempts"] if out_dir.exists() else []
+    entries = [p for p in out_dir.iterdir() if p.name not in ("attempts", STARTED)] if out_dir.exists() else []
     if not entries:
         return
     target = out_dir / "attempts" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
@@ -442,19 +447,46 @@ def _run_point_command(args: argparse.Namespace) -> int:
         print(f"ddsweep run-point: {exc}", file=sys.stderr)
         return 2
     out_dir = Path(args.out or f"results/points/{record['point_id']}")
+    budget = TimeBudget.from_env(os.environ.get(BUDGET_ENV))
+    refusal = budget.refusal() if budget is not None else None
+    if refusal and args.done:
+        _record_not_started(record, out_dir, Path(args.done), refusal)
+        print(f"ddsweep run-point: point {record['point_id']} {refusal}", file=sys.stderr)
+        return 0
+    with AttemptMarks(out_dir) as marks:
+        code = _run_and_record(args, record, out_dir, marks)
+    return code
+
+
+def _record_not_started(record: dict, out_dir: Path, done: Path, refusal: str) -> None:
+    """A point the time budget did not let start: its command, why (failure.json) and a persisted done.json, which
+    the next invocation drops and runs again."""
+    _archive_previous_attempt(out_dir)
+    run = PointRun(point_id=record["point_id"], simulated=bool(record.get("simulated")))
+    _write_point_file(record, render_server(record, PROBE_PORT), out_dir, run)
+    write_json_atomic(out_dir / "failure.json", run.record(
+        "failed", error_kind=BUDGET_KIND, error=refusal, failure_class=INFRASTRUCTURE, persisted=True, attempts=0,
+        classified_by="the invocation's time budget: no server was started"))
+    write_json_atomic(done, done_record(record["point_id"], "failed", BUDGET_KIND, refusal, persisted_after=0))
+
+
+def _run_and_record(args: argparse.Namespace, record: dict, out_dir: Path, marks: AttemptMarks) -> int:
+    """Run the point and write its terminal record (args.done) as the workflow reads it; the exit code."""
     try:
         status = run_point(record, out_dir, preflight=args.preflight, time_limit_lead_s=args.time_limit_lead_s)
     except PointFailed as exc:
+        marks.ended(exc.kind, str(exc))
         print(f"ddsweep run-point: point {record['point_id']} FAILED ({exc.kind}): {exc}\n"
               f"  details: {out_dir / 'failure.json'}; server log: {out_dir / 'server.log'}", file=sys.stderr)
         if exc.classification is not None:
             print(f"  {exc.classification.failure_class}: {exc.classification.why}", file=sys.stderr)
         if args.done and exc.is_result:
-            write_json_atomic(args.done, done_record(record["point_id"], "failed", exc.kind, str(exc)))
+            write_json_atomic(args.done, done_record(record["point_id"], "failed", exc.kind, str(exc),
+                                                     interruptions=marks.interruptions()))
             print(f"  recorded as a result of the study in {args.done}", file=sys.stderr)
             return 0
         if args.done and args.attempt is not None and args.attempt >= args.attempts:
-            _record_persisted(out_dir, Path(args.done), record["point_id"], exc, args.attempt)
+            _record_persisted(out_dir, Path(args.done), record["point_id"], exc, args.attempt, marks.interruptions())
             print(f"  failed-infrastructure on the last of {args.attempts} attempt(s): recorded as this invocation's "
                   f"result of the point in {args.done}; the next invocation runs it again", file=sys.stderr)
             return 0
@@ -462,8 +494,9 @@ def _run_point_command(args: argparse.Namespace) -> int:
             print("  failed-infrastructure: not recorded as a result; Snakemake retries the point "
                   "(resources.retries), and the next invocation runs it again", file=sys.stderr)
         return 143 if exc.kind == "interrupted" else 1
+    marks.ended(None, None)
     if args.done:
-        write_json_atomic(args.done, done_record(record["point_id"], "ok"))
+        write_json_atomic(args.done, done_record(record["point_id"], "ok", interruptions=marks.interruptions()))
     label = " [SIMULATED]" if status["simulated"] else ""
     partial = f", PARTIAL: {len(status['failed_cells'])} failed cell(s)" if status["failed_cells"] else ""
     print(f"point {record['point_id']} done in {status['duration_s']:.1f} s{partial}{label}: {out_dir}",
@@ -472,23 +505,28 @@ def _run_point_command(args: argparse.Namespace) -> int:
 
 
 def done_record(point_id: str, status: str, error_kind: str | None = None, error: str | None = None,
-                persisted_after: int | None = None) -> dict:
+                persisted_after: int | None = None, interruptions: list[dict] | None = None) -> dict:
     """The terminal marker of a point: completed, failed because of its configuration, or (`persisted_after`:
-    the attempts it took) failed because of the machine on every attempt of this invocation (one-line reason)."""
+    the attempts it took) failed because of the machine on every attempt of this invocation (one-line reason);
+    `interruptions`: earlier attempts of the job that never finished (a lost machine, a signal, a time limit)."""
     reason = (error or "").strip().splitlines()[0] if error else None
     done = {"point_id": point_id, "status": status, "error_kind": error_kind, "reason": reason,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     if persisted_after is not None:
         done.update(failure_class=INFRASTRUCTURE, persisted=True, attempts=persisted_after)
+    if interruptions:
+        done["interrupted_attempts"] = interruptions
     return done
 
 
-def _record_persisted(out_dir: Path, done: Path, point_id: str, exc: PointFailed, attempts: int) -> None:
+def _record_persisted(out_dir: Path, done: Path, point_id: str, exc: PointFailed, attempts: int,
+                      interruptions: list[dict]) -> None:
     """Record an infrastructure failure that outlasted the retries: failure.json and done.json say so."""
     failure = out_dir / "failure.json"
     with contextlib.suppress(OSError, ValueError):
         write_json_atomic(failure, {**read_json(failure), "persisted": True, "attempts": attempts})
-    write_json_atomic(done, done_record(point_id, "failed", exc.kind, str(exc), persisted_after=attempts))
+    write_json_atomic(done, done_record(point_id, "failed", exc.kind, str(exc), persisted_after=attempts,
+                                        interruptions=interruptions))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

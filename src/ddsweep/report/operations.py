@@ -22,6 +22,7 @@ def failed_points_caveat(d: Decisions) -> dict[str, Any]:
     items += [f"`{p.point_id}` completed, but its server ignored SIGTERM when it was stopped ({stop}): a server "
               "that outlives its job holds the node's GPUs" for p in points if p.status == "ok"
               and str(stop := (p.outcome.get("steps") or {}).get("stop", "")).startswith("killed")]
+    items += [interrupted_text(p.point_id, p.interruptions) for p in points if p.interruptions]
     block: dict[str, Any] = {"kind": "failed_points", "title": "Failed, malformed and incomplete points",
                              "items": items, "text": None if items else "None: every point completed."}
     patterns = failure_patterns(points)
@@ -33,10 +34,21 @@ def failed_points_caveat(d: Decisions) -> dict[str, Any]:
     return block
 
 
+def interrupted_text(point_id: str, interruptions: list[dict[str, Any]]) -> str:
+    """One line on a point whose earlier attempts were interrupted: how many, where the last one ran, and that its
+    figures come from the attempt that finished (an interrupted attempt's cells are never used)."""
+    last = interruptions[-1]
+    return (f"`{point_id}` **interrupted** {len(interruptions)} time(s) before it finished (last: started on "
+            f"{last.get('host') or '?'} at {last.get('started_utc') or '?'}; {first_line(last.get('how'))}): run again "
+            "whole, its figures are from the attempt that finished")
+
+
 def failure_class_text(outcome: dict[str, Any]) -> str:
     """Whose failure it was and how that was decided, e.g. ` — the machine's (infrastructure), on all 3 attempts of
     this invocation: ...; the next invocation runs it again`; empty for a record without a class."""
     why = outcome.get("classified_by")
+    if outcome.get("error_kind") == "time_budget":
+        return " — not started within this invocation's time budget; the next invocation runs it"
     if outcome.get("failure_class") == "infrastructure":
         attempts = f", on all {outcome['attempts']} attempts of this invocation" if outcome.get("persisted") else ""
         return f" — the machine's failure (infrastructure{attempts}: {why}); the next invocation runs it again"

@@ -1,0 +1,76 @@
+"""Each attempt of a point job marks its start and its end in `<out>/started/`, and copies both marks to the study
+store at once (DDSWEEP_STORE), so that an attempt lost with its machine is known as interrupted at the next
+invocation, wherever it runs (ddsweep.store)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ddsweep.store import StoreError, StudyStore, attempt_id, interrupted_attempts, mark_attempt
+
+STORE_ENV = "DDSWEEP_STORE"
+
+
+def unit_of(out_dir: Path) -> str | None:
+    """A job's output directory as a unit of the store (`results/points/<id>`), or None outside a results tree."""
+    parts = Path(os.path.abspath(out_dir)).parts
+    if "results" not in parts:
+        return None
+    index = len(parts) - 1 - parts[::-1].index("results")
+    return "/".join(parts[index:]) if index + 1 < len(parts) else None
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class AttemptMarks:
+    """The start and end marks of this attempt (a context manager: an attempt that leaves by an unexpected exception
+    is marked ended with it; one that is killed outright leaves its start alone, which is what marks it lost)."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = Path(out_dir)
+        self.unit = unit_of(self.out_dir)
+        self.host = socket.gethostname()
+        self.started = _now()
+        self.attempt = attempt_id(self.started, self.host, os.getpid())
+        self.store: StudyStore | None = None
+        self._ended = False
+        url = os.environ.get(STORE_ENV)
+        if url and self.unit:
+            try:
+                self.store = StudyStore.open(url)
+            except StoreError as exc:
+                print(f"ddsweep run-point: WARNING: {exc}; this attempt is marked locally only", file=sys.stderr)
+
+    def _mark(self, phase: str, info: dict[str, Any]) -> None:
+        try:
+            mark_attempt(self.out_dir, self.attempt, phase, info, self.store, self.unit)
+        except StoreError as exc:
+            print(f"ddsweep run-point: WARNING: {exc}; the {phase} of this attempt is marked locally only",
+                  file=sys.stderr)
+
+    def __enter__(self) -> AttemptMarks:
+        self._mark("start", {"host": self.host, "started_utc": self.started, "pid": os.getpid(),
+                             "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
+        return self
+
+    def ended(self, error_kind: str | None, error: str | None) -> None:
+        """Mark this attempt's end: completed (`error_kind` None) or failed with that kind."""
+        reason = (error or "").strip().splitlines()[0] if error else None
+        self._mark("end", {"ended_utc": _now(), "error_kind": error_kind, "reason": reason})
+        self._ended = True
+
+    def interruptions(self) -> list[dict[str, Any]]:
+        """The earlier attempts of this job that never finished."""
+        return interrupted_attempts(self.out_dir, current=self.attempt)
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, _tb: object) -> None:
+        if not self._ended:
+            self.ended("interrupted" if exc_type in (KeyboardInterrupt, SystemExit) else "error",
+                       repr(exc) if exc else "the job ended without a terminal record")

@@ -1,0 +1,142 @@
+"""The study store: finished units go whole with their manifest last, come back with their mtimes, and an attempt
+that started and never ended is reported as interrupted; the same on a filesystem and on an S3-compatible bucket."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ddsweep.point.marks import AttemptMarks, unit_of
+from ddsweep.store import (
+    MANIFEST,
+    StoreError,
+    StudyStore,
+    interrupted_attempts,
+    mark_attempt,
+    parse_store,
+    pull,
+    push_unit,
+    store_units,
+)
+
+UNIT = "results/points/bs8-b8-t4-woff"
+
+
+def _unit(workdir: Path, unit: str = UNIT) -> Path:
+    """A finished unit with a nested file, as a point job leaves it."""
+    directory = workdir / unit
+    (directory / "bench").mkdir(parents=True)
+    (directory / "bench" / "cells.json").write_text(json.dumps({"cells": [1, 2, 3]}))
+    (directory / "status.json").write_text(json.dumps({"status": "ok"}))
+    (directory / "done.json").write_text(json.dumps({"status": "ok"}))
+    return directory
+
+
+@pytest.fixture(params=["fs", "s3"])
+def store(request, tmp_path) -> StudyStore:
+    """A fresh store of each kind: a directory, or a bucket of the moto server."""
+    if request.param == "fs":
+        return StudyStore.open(str(tmp_path / "store"))
+    request.getfixturevalue("s3_endpoint")
+    return StudyStore.open(f"s3://ddsweep-test-{uuid.uuid4().hex[:12]}/study")
+
+
+def test_a_pushed_unit_comes_back_whole_with_its_mtimes_in_a_fresh_directory(store, tmp_path):
+    first = tmp_path / "machine-1"
+    source = _unit(first)
+    manifest = push_unit(store, first, UNIT, source / MANIFEST)
+    assert sorted(manifest["files"]) == ["bench/cells.json", "done.json", "status.json"]
+
+    second = tmp_path / "machine-2"
+    report = pull(store, second, [UNIT, "results/points/never-ran"])
+    assert report.restored == [UNIT] and report.interrupted == {}
+    for name, meta in manifest["files"].items():
+        restored = second / UNIT / name
+        assert restored.read_bytes() == (source / name).read_bytes()
+        assert restored.stat().st_mtime == pytest.approx(meta["mtime"], abs=1e-3)
+    assert not (second / "results" / "points" / "never-ran").exists()
+    # a unit already here is left alone
+    assert pull(store, second, [UNIT]).restored == []
+
+
+def test_a_unit_without_its_manifest_is_never_taken_for_finished(tmp_path):
+    store = StudyStore.open(str(tmp_path / "store"))
+    half = _unit(tmp_path / "machine-1")
+    store.put(half, UNIT)  # the files arrived, the manifest (written last) did not
+    report = pull(store, tmp_path / "machine-2", [UNIT])
+    assert report.restored == []
+    assert not (tmp_path / "machine-2" / UNIT / "done.json").exists()
+
+
+def test_a_unit_that_does_not_match_its_manifest_is_refused_with_its_name(tmp_path):
+    store = StudyStore.open(str(tmp_path / "store"))
+    source = _unit(tmp_path / "machine-1")
+    push_unit(store, tmp_path / "machine-1", UNIT, source / MANIFEST)
+    (tmp_path / "store" / UNIT / "status.json").write_text("{}")  # truncated behind the manifest's back
+    with pytest.raises(StoreError, match="does not match its manifest"):
+        pull(store, tmp_path / "machine-2", [UNIT])
+
+
+def test_an_attempt_that_started_and_never_ended_is_reported_interrupted_on_the_next_machine(store, tmp_path):
+    lost = tmp_path / "machine-1" / UNIT
+    mark_attempt(lost, "a1", "start", {"host": "node-a", "started_utc": "2026-12-05T10:00:00+00:00"}, store, UNIT)
+    report = pull(store, tmp_path / "machine-2", [UNIT])
+    assert report.restored == []
+    [attempt] = report.interrupted[UNIT]
+    assert attempt["host"] == "node-a" and attempt["ended_utc"] is None
+
+
+def test_the_attempts_of_a_unit_name_only_those_that_did_not_finish(tmp_path):
+    unit = tmp_path / UNIT
+    for attempt, end in (("a1", None), ("a2", {"error_kind": "interrupted", "reason": "SIGTERM"}),
+                         ("a3", {"error_kind": "server_crash"}), ("a4", {"error_kind": None})):
+        mark_attempt(unit, attempt, "start", {"host": "h"}, None, None)
+        if end is not None:
+            mark_attempt(unit, attempt, "end", end, None, None)
+    lost = interrupted_attempts(unit)
+    assert [a["attempt"] for a in lost] == ["a1", "a2"]
+    assert lost[1]["how"] == "SIGTERM"
+    assert [a["attempt"] for a in interrupted_attempts(unit, current="a1")] == ["a2"]
+
+
+def test_a_point_jobs_marks_reach_the_store_at_start_and_end(tmp_path, monkeypatch):
+    store_dir = tmp_path / "store"
+    monkeypatch.setenv("DDSWEEP_STORE", str(store_dir))
+    out = tmp_path / "work" / UNIT
+    with AttemptMarks(out) as marks:
+        [start] = (store_dir / UNIT / "started").glob("*.start.json")
+        assert not list((store_dir / UNIT / "started").glob("*.end.json"))
+        marks.ended(None, None)
+    [end] = (store_dir / UNIT / "started").glob("*.end.json")
+    assert json.loads(end.read_text())["attempt"] == json.loads(start.read_text())["attempt"]
+
+
+def test_an_attempt_left_by_an_exception_is_marked_ended_with_it(tmp_path):
+    out = tmp_path / UNIT
+    with pytest.raises(KeyboardInterrupt), AttemptMarks(out):
+        raise KeyboardInterrupt
+    assert [a["how"] for a in interrupted_attempts(out)] == ["KeyboardInterrupt()"]
+
+
+@pytest.mark.parametrize("url, message", [
+    ("relative/path", "absolute path"),
+    ("gs://bucket/x", "only a filesystem path or s3://"),
+    ("s3://", "s3://BUCKET/PREFIX"),
+])
+def test_a_bad_store_is_refused_with_what_is_expected(url, message):
+    with pytest.raises(StoreError, match=message):
+        parse_store(url)
+
+
+def test_store_locations_and_units():
+    assert parse_store("/shared/study/").root == "/shared/study"
+    assert parse_store("file:///shared/study").provider == "fs"
+    assert parse_store("s3://bucket/a/b").provider == "s3"
+    assert unit_of(Path("/x/results/points/p1")) == "results/points/p1"
+    assert unit_of(Path("/x/elsewhere/p1")) is None
+    assert store_units(["ar", "p1"], 2) == ["results/preflight", "results/points/ar", "results/launches/ar/launch-0",
+                                            "results/launches/ar/launch-1", "results/points/p1",
+                                            "results/launches/p1/launch-0", "results/launches/p1/launch-1"]

@@ -1,0 +1,42 @@
+# The study store (`store`, config/README.md): each finished job's directory is copied there as soon as it ends,
+# and the reports once written, through Snakemake's storage plugins (ddsweep.store; `ddsweep store push`). The
+# manifest written last, <unit>/stored.json, is the local marker of a unit that is in the store.
+
+
+wildcard_constraints:
+    unit=r"results/(preflight|points/[^/]+|launches/[^/]+/launch-\d+)|reports",
+
+
+def stored_unit_inputs(wildcards):
+    """What a unit's copy waits for: its job's terminal record, every preflight, or the finished reports."""
+    if wildcards.unit == "results/preflight":
+        return expand("results/preflight/{preset}.json", preset=sorted({p.preset for p in POINTS.values()}))
+    if wildcards.unit == "reports":
+        return [f for f in final_outputs() if f.startswith("reports/") and f != "reports/stored.json"]
+    return [f"{wildcards.unit}/done.json"]
+
+
+if STORE:
+
+    localrules:
+        store_unit,
+
+    # results/preflight/stored.json is the preflights' manifest, not a preset's preflight
+    ruleorder: store_unit > preflight
+
+    rule store_unit:
+        input:
+            stored_unit_inputs,
+        output:
+            "{unit}/stored.json",
+        log:
+            "results/logs/store/{unit}.log",
+        # as soon as its job ends: before the next point starts
+        priority: 100
+        conda:
+            "../../envs/analysis.yaml"
+        params:
+            store=STORE,
+        shell:
+            "ddsweep store push --store {params.store:q} --unit {wildcards.unit} --write {output} > {log} 2>&1 "
+            "|| (cat {log} >&2; exit 1)"

@@ -146,6 +146,9 @@ BROKEN = [
     ("benchmark.concurrency", [0, 4], "benchmark.concurrency[0]"),
     ("benchmark.max_failure_fraction", 1.5, "benchmark.max_failure_fraction"),
     ("benchmark.typo_key", 3, "unknown key(s) 'typo_key'"),
+    ("benchmark.stall_timeout_s", 0, "benchmark.stall_timeout_s"),
+    ("benchmark.stall_timeout_s", 900, "benchmark.stall_timeout_s: 900 s is not shorter than "
+     "benchmark.request_timeout_s (900 s)"),
     ("surprise", {"a": 1}, "unknown key(s) 'surprise'"),
     ("study", "has spaces", "study"),
     ("target", _DELETE, "missing required key: 'target'"),

@@ -88,6 +88,7 @@ def validate_config(raw: Mapping[str, Any]) -> dict:
     _check_trees(config, points)
     _check_analysis(config)
     _check_resources(config)
+    _check_stall(config)
     _check_coding(config)
     _check_reference(config, points)
     if not points:
@@ -276,6 +277,16 @@ def _check_resources(config: dict) -> None:
         raise ConfigError(f"engine.shutdown_timeout_s: {shutdown_s:g} s plus {SIGNAL_MARGIN_S} s to record the "
                           f"interruption does not fit inside resources.signal_lead_s ({lead_s} s): at the time "
                           "limit Slurm would kill the server before run-point has stopped it")
+
+
+def _check_stall(config: dict) -> None:
+    """A hang must be named before every silent request times out: the stall timeout below the request timeout."""
+    bench = config["benchmark"]
+    stall, request = bench["stall_timeout_s"], bench["request_timeout_s"]
+    if stall is not None and stall >= request:
+        raise ConfigError(f"benchmark.stall_timeout_s: {stall:g} s is not shorter than benchmark.request_timeout_s "
+                          f"({request:g} s): every request of a hung server would time out before the hang is "
+                          "named; leave it null (a tenth of the request timeout) or lower it")
 
 
 def _check_coding(config: dict) -> None:

@@ -59,10 +59,11 @@ CRASH_GRACE_S = 5.0
 class PointFailed(RuntimeError):
     """A point could not be completed; `kind` is one of the error kinds in docs/results-schema.md."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.classification: Classification | None = None
+        self.details = details or {}  # further keys of failure.json (a hang's `hang`)
 
     @property
     def is_result(self) -> bool:
@@ -301,6 +302,7 @@ def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun
                progress: Callable[[str], None]) -> None:
     """Run the benchmark matrix against the server."""
     from ddsweep.bench.cells import BenchmarkError, BenchSettings, infeasible_cells, run_benchmark, without_cells
+    from ddsweep.bench.hangs import ServerHang
 
     bench = record["benchmark"]
     settings = BenchSettings(**{k: v for k, v in bench.items() if k in BenchSettings.__dataclass_fields__})
@@ -315,6 +317,10 @@ def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun
         doc = run_benchmark(server.spec.url, out_dir / "bench", feasible, simulated=run.simulated, progress=progress)
     except BenchmarkError as exc:
         raise _crash_or(server, "benchmark", "bench_failures", _with_failed_cells(str(exc), out_dir)) from exc
+    except ServerHang as exc:  # a server that died closes its connections: a silent one is alive, so no grace
+        if server.exited() is not None:
+            raise _crash_or(server, "benchmark", "server_crash", str(exc)) from exc
+        raise PointFailed("server_hang", _with_failed_cells(str(exc), out_dir), {"hang": exc.record()}) from exc
     _check_alive(server, "benchmark", bool(doc.get("failed_cells")),
                  _with_failed_cells("its results are incomplete", out_dir))
     run.failed_cells = [{key: cell.get(key) for key in ("workload", "context", "concurrency", "repeat",
@@ -366,7 +372,7 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
         attempt = int(prior.get("attempt") or 1) + 1 if prior else 1
         write_json_atomic(out_dir / "failure.json", run.record(
             "failed", error_kind=exc.kind, error=str(exc), failure_class=exc.classification.failure_class,
-            classified_by=exc.classification.why, attempt=attempt, record_sha256=digest))
+            classified_by=exc.classification.why, attempt=attempt, record_sha256=digest, **exc.details))
         return exc
     received: list[str] = []
     left = slurm_time_left_s() if time_limit_lead_s > 0 else None

@@ -48,6 +48,7 @@ from ddsweep.point.lifecycle import (
 )
 from ddsweep.point.multinode import group_spec, is_multinode
 from ddsweep.point.preflight import PROBE_PORT, Finding
+from ddsweep.point.workflow_watch import WorkflowWatch, launching_workflow
 from ddsweep.slurm import parse_slurm_duration
 from ddsweep.storage import read_json, write_json_atomic
 
@@ -152,18 +153,20 @@ def _archive_previous_attempt(out_dir: Path) -> None:
 
 
 def _install_signal_handlers(received: list[str], time_limit: str = "",
-                             on_time_limit: Callable[[], None] | None = None) -> dict:
+                             on_signal: Callable[[], None] | None = None, named: list[str] | None = None) -> dict:
     """Turn SIGTERM/SIGINT/SIGHUP, and SIGALRM (the alarm set before the job's time limit, named `time_limit`),
     into an Interrupted exception so the server is always stopped; `received` keeps the cause, because the
-    exception can be swallowed (e.g. inside an event loop) while a signal sent to every process of the job also
-    stops the server and makes the step in progress fail. The alarm reaches run-point alone: `on_time_limit`
-    signals the server as the job's signal would."""
+    exception can be swallowed (e.g. inside an event loop). A signal may reach run-point alone (the alarm, a `kill`
+    of run-point, the SIGTERM run-point sends itself when its workflow is gone, whose cause is in `named`):
+    `on_signal` signals the server at once, as a signal to every process of the job would, so that the step in
+    progress fails even where the exception was swallowed."""
     def handler(signum: int, _frame: object) -> None:
         alarm = signum == signal.SIGALRM
-        cause = time_limit if alarm and time_limit else signal.Signals(signum).name
+        cause = (time_limit if alarm and time_limit else named[0] if named and signum == signal.SIGTERM
+                 else signal.Signals(signum).name)
         received.append(cause)
-        if alarm and on_time_limit is not None:
-            on_time_limit()
+        if on_signal is not None:
+            on_signal()
         raise Interrupted(cause)
 
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM)}
@@ -182,6 +185,22 @@ def slurm_time_left_s() -> float | None:
         return None
     return parse_slurm_duration(answer)
 
+
+
+def _watch_workflow(named: list[str], progress: Callable[[str], None]) -> WorkflowWatch | None:
+    """Watch the Snakemake process that launched this job, if one did: when it is gone, name the cause in `named`
+    and send this process SIGTERM, which stops the server and records the point as interrupted."""
+    workflow = launching_workflow()
+    if workflow is None:
+        return None
+
+    def gone(cause: str) -> None:
+        named.append(cause)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    watch = WorkflowWatch(workflow, gone).start()
+    progress(f"watching the workflow that launched this job, {watch.description}: the point stops if it ends")
+    return watch
 
 
 def _write_point_file(record: dict, spec: ServerSpec, out_dir: Path, run: PointRun) -> None:
@@ -378,9 +397,11 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
     left = slurm_time_left_s() if time_limit_lead_s > 0 else None
     cause = f"the Slurm job's time limit (stopped {time_limit_lead_s:g} s before it, resources.signal_lead_s)"
     live: list[ManagedServer] = []
-    previous = _install_signal_handlers(received, cause, lambda: [started.terminate() for started in live])
+    named: list[str] = []  # why run-point signalled itself: its workflow is gone
+    previous = _install_signal_handlers(received, cause, lambda: [started.terminate() for started in live], named)
     if left is not None:
         signal.setitimer(signal.ITIMER_REAL, max(1.0, left - time_limit_lead_s))
+    watch = _watch_workflow(named, progress)
     server: ManagedServer | None = None
     try:
         try:
@@ -426,6 +447,8 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
         error.classification = error.classification or classify("io", "", {}, digest, None)
         raise error from exc
     finally:
+        if watch is not None:
+            watch.stop()
         signal.setitimer(signal.ITIMER_REAL, 0)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -15,7 +15,12 @@ import psutil
 import pytest
 from conftest import demo_record
 
-from ddsweep.point.workflow_watch import is_snakemake, launching_workflow
+from ddsweep.point.workflow_watch import (
+    is_point_job,
+    is_snakemake,
+    launching_workflow,
+    stop_point_jobs_on_sigterm,
+)
 
 SHUTDOWN_S = 3
 
@@ -32,6 +37,29 @@ SHUTDOWN_S = 3
 ])
 def test_a_snakemake_process_is_told_by_its_command_line(cmdline, expected):
     assert is_snakemake(cmdline) is expected
+
+
+@pytest.mark.parametrize(("cmdline", "expected"), [
+    (["/venv/bin/python3", "/venv/bin/ddsweep", "run-point", "--record", "{}"], True),
+    (["python", "-m", "ddsweep", "run-point", "--point", "ar"], True),
+    (["/venv/bin/python3", "/venv/bin/ddsweep", "sim-server", "--port", "1"], False),
+    (["bash", "-c", "ddsweep run-point --record x"], False),
+])
+def test_a_point_job_is_told_by_its_command_line(cmdline, expected):
+    assert is_point_job(cmdline) is expected
+
+
+def test_snakemakes_sigterm_is_passed_to_its_point_jobs_once_however_often_the_workflow_is_read(monkeypatch):
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    calls = []
+    monkeypatch.setattr(JobScheduler, "exit_gracefully", lambda self, *args: calls.append(args))
+    sent = []
+    monkeypatch.setattr("ddsweep.point.workflow_watch.point_jobs",
+                        lambda: [type("Job", (), {"send_signal": lambda self, sig: sent.append(sig)})()])
+    assert stop_point_jobs_on_sigterm() and stop_point_jobs_on_sigterm()  # a second reading wraps nothing more
+    JobScheduler.exit_gracefully(object(), signal.SIGTERM, None)
+    assert sent == [signal.SIGTERM] and calls == [(signal.SIGTERM, None)]
 
 
 def fake_snakemake(tmp_path: Path, command: str) -> subprocess.Popen:

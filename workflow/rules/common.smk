@@ -17,6 +17,11 @@ from ddsweep.adaptive.stages import is_adaptive
 from ddsweep.config.records import point_record
 from ddsweep.config.study import ConfigError, validate_config
 from ddsweep.point.failures import drop_persisted_records, note_reruns
+from ddsweep.point.workflow_watch import stop_point_jobs_on_sigterm
+
+# Snakemake answers SIGTERM by waiting for its running jobs: a point job would measure on for hours. The point jobs
+# it runs on this machine get the SIGTERM too, and record themselves as interrupted (docs/faults.md).
+stop_point_jobs_on_sigterm()
 
 # ddsweep's own check first: its messages name the key and the rule broken, and STUDY, which every rule reads,
 # has the schema's defaults filled. The catalog-style schema validation follows without filling defaults itself:

@@ -5,14 +5,21 @@ the job step runs Snakemake on the node (`python -m snakemake ... --executor slu
 A SIGTERM sent to Snakemake alone (`kill`, a wrapper's timeout, a CI limit) ends Snakemake but not its jobs: the
 shell and the job are reparented and would go on measuring beside the next invocation's. So the job records the
 nearest Snakemake process among its ancestors when it starts (the one that launched it: on a Slurm node, the job
-step's) and polls it; once that process is gone (or a zombie, or its pid reused), the job is told why."""
+step's) and polls it; once that process is gone (or a zombie, or its pid reused), the job is told why.
+
+Snakemake itself answers a SIGTERM by waiting for its running jobs to finish ("Will exit after finishing currently
+running jobs"), which for a point is hours. The workflow therefore makes that SIGTERM also reach the point jobs it
+runs on its machine (`stop_point_jobs_on_sigterm`, called from workflow/rules/common.smk): each stops its server
+and records itself as interrupted, and Snakemake then ends."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import psutil
 
@@ -95,3 +102,42 @@ class WorkflowWatch:
                 if not self._stopped.is_set():
                     self.on_gone(f"the end of the workflow that launched this job ({self.description} is gone)")
             return
+
+
+def is_point_job(cmdline: list[str]) -> bool:
+    """Whether a command line is `ddsweep run-point ...` (the console script or `python -m ddsweep`)."""
+    return "run-point" in cmdline[1:4] and any(os.path.basename(part) == "ddsweep" for part in cmdline[:3])
+
+
+def point_jobs(pid: int | None = None) -> list[psutil.Process]:
+    """The `ddsweep run-point` processes among the descendants of `pid` (this process by default)."""
+    found = []
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(pid or os.getpid()).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if is_point_job(child.cmdline()):
+                    found.append(child)
+    return found
+
+
+def stop_point_jobs_on_sigterm() -> bool:
+    """In the Snakemake process: make the SIGTERM on which Snakemake waits for its running jobs also send SIGTERM to
+    the point jobs among its descendants. Returns whether this Snakemake has the handler it wraps (its job
+    scheduler's `exit_gracefully`); where not, its point jobs still stop once Snakemake is gone (WorkflowWatch)."""
+    try:
+        from snakemake.scheduling.job_scheduler import JobScheduler
+    except ImportError:
+        return False
+    graceful = getattr(JobScheduler, "exit_gracefully", None)
+    if graceful is None or getattr(graceful, "stops_point_jobs", False):
+        return graceful is not None
+
+    def exit_gracefully(self: Any, *args: Any) -> Any:
+        for job in point_jobs():
+            with contextlib.suppress(psutil.Error):
+                job.send_signal(signal.SIGTERM)
+        return graceful(self, *args)
+
+    exit_gracefully.stops_point_jobs = True  # type: ignore[attr-defined]
+    JobScheduler.exit_gracefully = exit_gracefully  # type: ignore[method-assign]
+    return True

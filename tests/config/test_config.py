@@ -146,6 +146,9 @@ BROKEN = [
     ("benchmark.concurrency", [0, 4], "benchmark.concurrency[0]"),
     ("benchmark.max_failure_fraction", 1.5, "benchmark.max_failure_fraction"),
     ("benchmark.typo_key", 3, "unknown key(s) 'typo_key'"),
+    ("benchmark.stall_timeout_s", 0, "benchmark.stall_timeout_s"),
+    ("benchmark.stall_timeout_s", 900, "benchmark.stall_timeout_s: 900 s is not shorter than "
+     "benchmark.request_timeout_s (900 s)"),
     ("surprise", {"a": 1}, "unknown key(s) 'surprise'"),
     ("study", "has spaces", "study"),
     ("target", _DELETE, "missing required key: 'target'"),
@@ -240,3 +243,69 @@ def test_an_adaptive_study_refuses_a_tail_percentile_regime_and_a_grid_study_tak
                                           rf"screening: .* use {median} or sweep.strategy: grid"):
         validate_config(adaptive)
     validate_config(_set(adaptive, "analysis.regimes.0.metric", median))
+
+
+def _validate(cwd: Path, *files: str) -> tuple[int, str, str]:
+    """`ddsweep validate --config FILES` run in `cwd`: (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+    import os
+
+    from ddsweep.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    previous = Path.cwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["validate", "--config", *files])
+    finally:
+        os.chdir(previous)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_validate_checks_a_study_file_merged_over_the_workflow_config_as_snakemake_runs_it(tmp_path):
+    # A study file that renames the regimes: alone it is consistent, but Snakemake merges it over
+    # config/config.yaml, whose priorities still name `latency` and `throughput`.
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text((ROOT / "config" / "config.yaml").read_text())
+    renamed = yaml.safe_load((ROOT / ".test" / "config.yaml").read_text())
+    renamed["analysis"] = {"regimes": [
+        {"name": "short", "metric": "decode_tok_s", "context": 128, "concurrency": 1},
+        {"name": "busy", "metric": "output_throughput_tok_s", "context": 128, "concurrency": 1}]}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(renamed))
+    code, out, err = _validate(tmp_path, "study.yaml")
+    assert code == 2 and not out, out
+    assert "analysis.priorities.latency_first.latency: no regime named 'latency'; regimes: short, busy" in err, err
+    assert "checked: config/config.yaml merged with study.yaml" in err, err
+
+    assert "a key of config/config.yaml that a later file does not replace stays" in err
+    # the merged priorities keep config/config.yaml's weights: with the regime names they use, the study passes
+    renamed["analysis"]["regimes"][0]["name"], renamed["analysis"]["regimes"][1]["name"] = "latency", "throughput"
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(renamed))
+    code, out, err = _validate(tmp_path, "study.yaml")
+    assert code == 0, err
+    assert "configuration OK" in out and "(config/config.yaml merged with study.yaml)" in out, out
+    # naming the workflow's file first reads it once; without it in the directory, the file is checked alone
+    assert _validate(tmp_path, "config/config.yaml", "study.yaml")[1] == out
+    (tmp_path / "config" / "config.yaml").unlink()
+    code, out, _ = _validate(tmp_path, "study.yaml")
+    assert code == 0 and "merged" not in out, out
+
+
+@pytest.mark.parametrize(("base", "update", "merged"), [
+    ({"a": {"x": 1, "y": 2}}, {"a": {"y": 3}}, {"a": {"x": 1, "y": 3}}),  # nested mappings merge
+    ({"a": [1, 2]}, {"a": [3]}, {"a": [3]}),  # lists are replaced
+    ({"a": None}, {"a": {"x": 1}}, {"a": {"x": 1}}),  # a mapping replaces a non-mapping
+    ({"a": {"x": 1}}, {"a": None}, {"a": None}),  # and any value replaces a mapping
+    ({"a": None}, {"a": {}}, {"a": None}),  # an empty mapping leaves what is there
+    ({}, {"a": {}}, {"a": {}}),
+])
+def test_merge_config_is_snakemakes_update_config(base, update, merged):
+    from snakemake.utils import update_config
+
+    from ddsweep.config.study import merge_config
+
+    theirs = copy.deepcopy(base)
+    update_config(theirs, copy.deepcopy(update))
+    assert merge_config(copy.deepcopy(base), update) == theirs == merged

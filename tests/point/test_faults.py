@@ -297,14 +297,23 @@ def test_crash_during_the_coding_eval_fails_the_point_and_keeps_the_answers(tmp_
     assert (outcome.out / "bench" / "cells.json").exists()
 
 
-def test_hanging_server_is_bounded_by_the_request_timeout(tmp_path, servers):
-    record = faulty("ar", ["--sim-fault", "hang"], bench(concurrency=[2], requests_per_cell=2, request_timeout_s=0.5))
-    outcome = run_faulty(record, tmp_path / "ar", servers, "hang (request_timeout_s 0.5)")
-    assert outcome.kind == "bench_failures"
-    assert "cell context=128 concurrency=2 repeat=0: 2 of 2 requests failed" in outcome.message
-    assert "timeout after 0.5 s" in outcome.message
-    assert 1.0 <= outcome.elapsed_s < 10  # warmup and one cell, each bounded by the 0.5 s timeout
-    assert [r["error"] for r in outcome.lines()] == ["timeout after 0.5 s"] * 3
+def test_a_server_that_hangs_after_n_requests_is_named_a_hang_after_the_stall_timeout(tmp_path, servers):
+    # request_timeout_s 10: the default stall timeout is a tenth of it, and so is the probe's wait
+    record = faulty("ar", ["--sim-fault", "hang:3"], bench(concurrency=[2], requests_per_cell=4))
+    outcome = run_faulty(record, tmp_path / "ar", servers, "hang after 3 requests (stall_timeout_s 1)")
+    assert outcome.kind == "server_hang"
+    assert re.match(r"the server hung: no token arrived for 1\.\d s while [12] request\(s\) were in flight "
+                    r"\(benchmark.stall_timeout_s 1 s\), and a one-token generation probe got no answer within 1 s",
+                    outcome.message), outcome.message
+    failure = json.loads((outcome.out / "failure.json").read_text())
+    hang = failure["hang"]
+    assert 2.0 <= hang["waited_s"] < 4 and hang["stall_timeout_s"] == 1 and hang["probe_timeout_s"] == 1
+    assert f"after {hang['waited_s']:.1f} s without an answer" in outcome.message
+    assert failure["steps"]["bench"] == "started" and failure["steps"]["stop"] == "ok"
+    assert outcome.elapsed_s < 8  # not the 10 s request timeout of each request
+    assert "Scheduler stopped after 3 generate requests" in (outcome.out / "server.log").read_text()
+    errors = [r["error"] for r in outcome.lines()]
+    assert errors.count(None) >= 2 and all(e is None or e.startswith("server hang: no answer") for e in errors)
 
 
 # --------------------------------------------------------------------------- failed requests

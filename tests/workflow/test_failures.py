@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 import uuid
 from pathlib import Path
 
@@ -24,12 +25,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # preset name -> (stand-in fault flags, the error kind the point must record). Each is a configuration result:
 # refused flags at once (the preset's pattern), an exception in the engine's code at once (its traceback), the
-# others when they happen again on the retry.
+# others when they happen again on the retry. `hang:3`: the server's scheduler stops after 3 generate requests.
 FAULTS = {
     "fexit": (["exit-during-startup"], "startup_exit"),
     "frefuse": (["refuse-flags"], "startup_exit"),
     "fcrash": (["crash-after:3"], "server_crash"),
-    "fhang": (["hang"], "bench_failures"),
+    "fhang": (["hang:3"], "server_hang"),
     "fhttp": (["error-rate:1.0"], "bench_failures"),
     "fmalformed": (["malformed-rate:1.0"], "bench_failures"),
     "fcut": (["cut-stream-rate:1.0"], "bench_failures"),
@@ -100,9 +101,14 @@ def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables
     study["engine"]["shutdown_timeout_s"] = 2
     marker = f"DDSWEEP_FAILURES_TEST={uuid.uuid4().hex}"  # in every server's environment (engine.env)
     study["engine"]["env"] = dict([marker.split("=")])
+    # a hung server's requests would each wait this long; the hang is named after a tenth of it and a probe
+    study["benchmark"]["request_timeout_s"] = 30
     (workdir / "faults.yaml").write_text(yaml.safe_dump(study))
+    started = time.monotonic()
     first = _snakemake(workdir)
+    elapsed = time.monotonic() - started
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    assert elapsed < 120, elapsed
 
     failed = {f"{name}-bs8-b8-t4-w2048": kind for name, (_, kind) in FAULTS.items()}
     rows = {r["point_id"]: r for r in csv.DictReader((workdir / "results/tables/failures.csv").open())}
@@ -110,6 +116,14 @@ def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables
     assert all(r["reason"] and "\n" not in r["reason"] for r in rows.values())
     assert "the server exited with code 1 during the benchmark" in rows["fcrash-bs8-b8-t4-w2048"]["reason"]
     assert "the server exited with code 2 during startup" in rows["frefuse-bs8-b8-t4-w2048"]["reason"]
+    # the hang: named on each of its two attempts (the second makes it the configuration's) after 3 s of silence
+    # and a 3 s probe, where each of its requests would have waited 30 s
+    hung = workdir / "results/points/fhang-bs8-b8-t4-w2048"
+    attempts = [json.loads(f.read_text()) for f in [*sorted(hung.glob("attempts/*/failure.json")),
+                                                     hung / "failure.json"]]
+    assert [a["error_kind"] for a in attempts] == ["server_hang"] * 2, attempts
+    assert all(6 <= a["hang"]["waited_s"] < 10 and a["duration_s"] < 20 for a in attempts), attempts
+    assert rows["fhang-bs8-b8-t4-w2048"]["reason"].startswith("the server hung: no token arrived for 3.")
     for point, kind in failed.items():
         done = json.loads((workdir / "results/points" / point / "done.json").read_text())
         assert done["status"] == "failed" and done["error_kind"] == kind, done

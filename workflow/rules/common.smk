@@ -23,6 +23,11 @@ from ddsweep.budget import make_budget
 from ddsweep.point.marks import STORE_ENV
 from ddsweep.point.run import slurm_time_left_s
 from ddsweep.store import StoreError, StudyStore, describe_pull, pull, store_units
+from ddsweep.point.workflow_watch import stop_point_jobs_on_sigterm
+
+# Snakemake answers SIGTERM by waiting for its running jobs: a point job would measure on for hours. The point jobs
+# it runs on this machine get the SIGTERM too, and record themselves as interrupted (docs/faults.md).
+stop_point_jobs_on_sigterm()
 
 # ddsweep's own check first: its messages name the key and the rule broken, and STUDY, which every rule reads,
 # has the schema's defaults filled. The catalog-style schema validation follows without filling defaults itself:

@@ -33,6 +33,7 @@ from ddsweep.bench import metrics
 from ddsweep.bench.closed_loop import LoopState, StopRule, run_cell, window_record
 from ddsweep.bench.feasibility import unbuildable_cells
 from ddsweep.bench.gpu_sampler import GpuSampler
+from ddsweep.bench.hangs import HangWatch, ServerHang, stall_timeout
 from ddsweep.bench.records import RequestRecord, cache_check, cell_figures, group_figures
 from ddsweep.bench.transport import Transport, make_transport
 from ddsweep.bench.workloads import Prompt, PromptBuilder, Workload, WorkloadError
@@ -58,6 +59,7 @@ class BenchSettings:
     warmup_requests: int = schema_default("benchmark.warmup_requests")
     max_failure_fraction: float = schema_default("benchmark.max_failure_fraction")
     request_timeout_s: float = schema_default("benchmark.request_timeout_s")
+    stall_timeout_s: float | None = schema_default("benchmark.stall_timeout_s")  # None: a fraction of the above
     seed: int = schema_default("benchmark.seed")
     request_rate: float | None = schema_default("benchmark.request_rate")
     http_client: str = "asyncio"
@@ -403,6 +405,7 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
             recs: list[RequestRecord] = []
             if sampler is not None and not cell.warmup:
                 sampler.start()
+            hangs = HangWatch(stall_timeout(settings.stall_timeout_s, settings.request_timeout_s))
             try:
                 recs, stopped_by = await run_cell(
                     transport, url, supply, lambda i, cell=cell: RequestRecord(
@@ -410,7 +413,13 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
                         simulated=simulated),
                     rule, conc, workload, workload.max_new_tokens or settings.max_new_tokens,
                     settings.request_timeout_s, settings.request_rate, settings.seed * 1_000_003 + conc,
-                    finished.append, state)
+                    finished.append, state, hangs)
+            except ServerHang as exc:
+                doc["hang"] = {"workload": workload.name, "context": context, "concurrency": conc,
+                               "repeat": None if cell.warmup else cell.repeat, "warmup": cell.warmup,
+                               **exc.record(), "stall_probes": hangs.records()}
+                storage.write_json_atomic(cells_path, doc)
+                raise
             except WorkloadError as exc:
                 raise BenchmarkError(f"cells of {where}: {exc}") from exc
             except (TokenizeError, KeyError) as exc:
@@ -420,11 +429,14 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
                 supply.cancel()
                 flush()
             rates[(workload.name, context, conc)] = _request_rate(recs, conc)
+            for found in hangs.probes:
+                progress(f"{state.label}: no token for {found.silent_s:.1f} s with {found.in_flight} request(s) in "
+                         f"flight; a one-token probe was answered in {found.probe_s:.1f} s, the cell went on")
             if cell.warmup:
                 window = window_record(recs, rule, stopped_by)
                 doc["warmups"].append({"workload": workload.name, "context": context, "concurrency": conc,
                                        "requests": len(recs), "completed": sum(r.ok for r in recs),
-                                       "window": window})
+                                       "window": window, "stall_probes": hangs.records()})
                 if not rule.counted:
                     progress(f"warm-up {workload.name} ctx={context} C={conc}: {len(recs)} requests, "
                              + (f"settled over {window['duration_s']:.1f} s" if window["stable"] else
@@ -432,7 +444,7 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
                 continue
             figures = cell_figures(recs, settings.stall_factor, settings.stall_floor_s)
             figures.update(cache_check(recs, [p.input_ids for p in supply.given]),
-                           window=window_record(recs, rule, stopped_by))
+                           window=window_record(recs, rule, stopped_by), stall_probes=hangs.records())
             figures.update(gpu_fields(sampler, figures["steady_state"]))
             verify = [r for r in recs if r.ok and r.spec_verify_ct]
             doc["cells"].append({"workload": workload.name, "context": context, "concurrency": conc,

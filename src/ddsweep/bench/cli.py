@@ -10,6 +10,7 @@ import httpx
 
 from ddsweep import storage
 from ddsweep.bench.cells import BenchmarkError, BenchSettings, run_benchmark_async, run_coroutine
+from ddsweep.bench.hangs import ServerHang
 from ddsweep.bench.transport import HTTP_CLIENTS
 from ddsweep.config.defaults import schema_default
 from ddsweep.console import ProgressLine
@@ -49,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         default=BenchSettings.request_rate, help="Poisson arrivals (requests/s)")
     parser.add_argument("--timeout", type=float,
                         default=BenchSettings.request_timeout_s, help="per-request timeout in seconds")
+    parser.add_argument("--stall-timeout", type=float, default=BenchSettings.stall_timeout_s,
+                        help="seconds without a token before a one-token probe; no answer stops the run as a hang "
+                             "(default: a tenth of --timeout)")
     parser.add_argument("--max-failure-fraction", type=float, default=BenchSettings.max_failure_fraction)
     parser.add_argument("--min-window-s", type=float, default=schema_default("benchmark.min_window_s"),
                         help="least steady-state seconds per cell (0: exactly --requests requests)")
@@ -89,6 +93,7 @@ def main(args: argparse.Namespace) -> int:
     settings = BenchSettings(contexts=args.contexts, concurrency=args.concurrency, max_new_tokens=args.max_tokens,
                              requests_per_cell=args.requests, repeats=args.repeats, warmup_requests=args.warmup,
                              max_failure_fraction=args.max_failure_fraction, request_timeout_s=args.timeout,
+                             stall_timeout_s=args.stall_timeout,
                              seed=args.seed, request_rate=args.request_rate, http_client=args.http_client,
                              min_window_s=args.min_window_s, warmup_window_s=args.warmup_window_s,
                              max_window_s=args.max_window_s,
@@ -100,9 +105,9 @@ def main(args: argparse.Namespace) -> int:
     progress = ProgressLine()
     try:
         doc = run_coroutine(run_benchmark_async(args.url, requests_path, out, settings, simulated, progress))
-    except (BenchmarkError, httpx.HTTPError, OSError) as exc:
+    except (BenchmarkError, ServerHang, httpx.HTTPError, OSError) as exc:
         progress.close()
-        what = str(exc) if isinstance(exc, BenchmarkError) else f"{type(exc).__name__}: {exc}"
+        what = str(exc) if isinstance(exc, (BenchmarkError, ServerHang)) else f"{type(exc).__name__}: {exc}"
         print(f"ddsweep bench: the benchmark against {args.url} failed: {what}", file=sys.stderr)
         if out.exists():  # the cells finished before the failure
             print(format_table(storage.read_json(out)))

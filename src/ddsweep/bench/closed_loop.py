@@ -8,7 +8,8 @@ within the stability tolerance; a cell that does not settle stops at `max_window
 in-flight requests are then allowed to finish, so the window ends where ddsweep.figures' steady state ends. The
 stopping check is an approximation on 50 ms bins (figures.stability recomputes the recorded figures from the raw
 records). A windowed cell also stops early once more than `max_failure_fraction` of at least `min_requests` requests
-failed.
+failed. Any cell given a HangWatch stops at once, raising ServerHang, when the server stays silent and does not
+answer a probe (bench/hangs.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddsweep import figures
+from ddsweep.bench.hangs import HangWatch, Probe, ServerHang, probe
 from ddsweep.bench.records import RequestRecord, run_request
 from ddsweep.bench.transport import Transport
 from ddsweep.bench.workloads import Prompt, Workload
@@ -66,7 +68,9 @@ class _Watch:
     window_start: float | None = None
     completed: int = 0
     failed: int = 0
+    answered: int = 0  # requests that ended with the server's answer (not the client's timeout)
     stopped_by: str | None = None
+    hang: ServerHang | None = None
 
     def add(self, record: RequestRecord, bins: dict[int, int]) -> None:
         """Count a record's token arrivals into `bins`."""
@@ -113,9 +117,12 @@ def _decide(watch: _Watch, rule: StopRule, records: list[RequestRecord], now: fl
 async def run_cell(transport: Transport, url: str, prompt: Callable[[int], Awaitable[Prompt]],
                    make_record: Callable[[int], RequestRecord], rule: StopRule, concurrency: int,
                    workload: Workload, max_new_tokens: int, timeout_s: float, request_rate: float | None, seed: int,
-                   sink: Callable[[RequestRecord], None], state: LoopState) -> tuple[list[RequestRecord], str]:
+                   sink: Callable[[RequestRecord], None], state: LoopState,
+                   hangs: HangWatch | None = None) -> tuple[list[RequestRecord], str]:
     """Run one cell; returns its records (in send order) and why it stopped: `count` (a counted cell), `stable`,
-    `cap` (max_window_s reached unsettled) or `failures`. `prompt(i)` gives the i-th prompt of the cell."""
+    `cap` (max_window_s reached unsettled) or `failures`. `prompt(i)` gives the i-th prompt of the cell. With
+    `hangs`, a server silent for its stall timeout is probed; if the probe gets nothing either, the requests in
+    flight are recorded as failed by the hang and ServerHang is raised."""
     records: list[RequestRecord] = []
     rng = random.Random(seed)
     gate = asyncio.Lock()
@@ -123,10 +130,12 @@ async def run_cell(transport: Transport, url: str, prompt: Callable[[int], Await
     started = time.time()
     watch = _Watch(origin=started)
     stop = asyncio.Event()
+    probe_ids: list[list[int]] = []  # the cell's first prompt: what a probe asks one token for
 
     async def one(i: int) -> None:
         rec = records[i]
         source = await prompt(i)
+        probe_ids[:] = probe_ids or [source.input_ids]
         state.in_flight += 1
         watch.running.add(i)
         if watch.window_start is None and state.in_flight >= concurrency:
@@ -135,10 +144,20 @@ async def run_cell(transport: Transport, url: str, prompt: Callable[[int], Await
             rec.prompt_source, rec.prompt_fingerprint = source.label, source.fingerprint
             await asyncio.wait_for(run_request(transport, url, source.input_ids, max_new_tokens, rec,
                                                ignore_eos=workload.ignore_eos), timeout_s)
+            watch.answered += 1
         except asyncio.TimeoutError:
             rec.error = f"timeout after {timeout_s:g} s"
             rec.end_ts = time.time()
             rec.e2e_s = rec.end_ts - (rec.start_ts or rec.end_ts)
+        except asyncio.CancelledError:
+            state.in_flight -= 1
+            watch.running.discard(i)
+            if watch.hang is not None:  # stopped by the hang: recorded, as every request that was sent
+                rec.error = f"server hang: no answer for {watch.hang.probe.silent_s:.1f} s, the cell was stopped"
+                rec.end_ts = time.time()
+                rec.e2e_s = rec.end_ts - (rec.start_ts or rec.end_ts)
+                sink(rec)
+            raise
         state.in_flight -= 1
         state.done += 1
         watch.running.discard(i)
@@ -173,14 +192,46 @@ async def run_cell(transport: Transport, url: str, prompt: Callable[[int], Await
             if watch.stopped_by:
                 stop.set()
 
+    async def watchdog(hangs: HangWatch, tasks: list[asyncio.Task]) -> None:
+        """Probe a server that sent nothing for the stall timeout; cancel the cell when the probe gets nothing."""
+        def progress() -> int:
+            return watch.answered + sum(len(records[i].chunks) for i in watch.running)
+
+        while True:
+            await asyncio.sleep(hangs.interval_s)
+            silent = hangs.observe(progress(), state.in_flight, time.perf_counter())
+            if silent is None or not probe_ids:
+                continue
+            before, in_flight = progress(), state.in_flight
+            answered, took, error = await probe(transport, url, probe_ids[0], hangs.probe_timeout_s)
+            found = Probe(at_ts=time.time(), silent_s=round(silent, 3), in_flight=in_flight,
+                          answered=answered or progress() != before, probe_s=round(took, 3), error=error)
+            hangs.probes.append(found)
+            if found.answered:
+                hangs.heard = time.perf_counter()  # alive: the silence starts again from now
+                continue
+            watch.hang = ServerHang(found, hangs.stall_timeout_s, hangs.probe_timeout_s)
+            stop.set()
+            for task in tasks:
+                task.cancel()
+            return
+
     workers = concurrency if not rule.counted else min(concurrency, rule.min_requests)
     await transport.warm(url + "/generate", workers)
-    checker = None if rule.counted else asyncio.get_running_loop().create_task(monitor())
+    loop = asyncio.get_running_loop()
+    checker = None if rule.counted else loop.create_task(monitor())
+    tasks = [loop.create_task(worker()) for _ in range(workers)]
+    guard = loop.create_task(watchdog(hangs, tasks)) if hangs is not None else None
     try:
-        await asyncio.gather(*(worker() for _ in range(workers)))
+        await asyncio.gather(*tasks)
+    except asyncio.CancelledError:
+        if watch.hang is None:
+            raise
+        raise watch.hang from None
     finally:
-        if checker is not None:
-            checker.cancel()
+        for task in (checker, guard, *tasks):
+            if task is not None:
+                task.cancel()
     return records, "count" if rule.counted else (watch.stopped_by or "cap")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 # the coding problems and token limits) defines the measurement.
 OPERATIONAL_KEYS: dict[str, tuple[str, ...]] = {
     "engine": ("host", "startup_timeout_s", "shutdown_timeout_s", "failure_patterns"),
-    "benchmark": ("request_timeout_s",),
+    "benchmark": ("request_timeout_s", "stall_timeout_s"),
     "coding_eval": ("exec_timeout_s", "request_timeout_s", "isolation", "require_isolation"),
 }
 # Top-level record keys that are operational: the study's name labels the results, it measures nothing; the

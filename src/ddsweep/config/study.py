@@ -32,6 +32,8 @@ from ddsweep.figures import METRICS
 from ddsweep.storage import write_text_atomic
 
 CODING_PROBLEMS = 164
+# The Snakefile's `configfile:`, which every `--configfile` given to Snakemake updates.
+WORKFLOW_CONFIG = Path("config/config.yaml")
 DEMO_HINT = "to try the pipeline without a GPU, run the demo: snakemake --cores all --configfile .test/config.yaml"
 
 
@@ -86,6 +88,7 @@ def validate_config(raw: Mapping[str, Any]) -> dict:
     _check_trees(config, points)
     _check_analysis(config)
     _check_resources(config)
+    _check_stall(config)
     _check_coding(config)
     _check_reference(config, points)
     if not points:
@@ -125,13 +128,26 @@ def load_config(*paths: str | Path, overrides: Mapping[str, Any] | None = None) 
 
 
 def merge_config(base: dict, update: Mapping[str, Any]) -> dict:
-    """Recursively update nested mappings in place (Snakemake's rule for several config files)."""
+    """Update `base` in place as Snakemake's `update_config` merges config files: a mapping is merged key by key
+    into what is there (a non-mapping there is replaced by it), any other value replaces; returns `base`."""
     for key, value in update.items():
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-            merge_config(base[key], value)
+        if isinstance(value, Mapping):
+            current = base.get(key, {})
+            if value or key not in base:  # an empty mapping leaves the key as it is, whatever it holds
+                base[key] = merge_config(current if isinstance(current, dict) else {}, value)
         else:
             base[key] = copy.deepcopy(value)
     return base
+
+
+def workflow_config_files(paths: list[str]) -> list[str]:
+    """The files Snakemake reads for `--configfile PATHS`: the Snakefile's own `configfile:` (WORKFLOW_CONFIG,
+    relative to the directory it runs in) first when it exists there, then PATHS in order."""
+    if not WORKFLOW_CONFIG.is_file():
+        return list(paths)
+    if paths and Path(paths[0]).resolve() == WORKFLOW_CONFIG.resolve():
+        return list(paths)
+    return [str(WORKFLOW_CONFIG), *paths]
 
 
 def _check_presets(config: dict) -> None:
@@ -263,6 +279,16 @@ def _check_resources(config: dict) -> None:
                           "limit Slurm would kill the server before run-point has stopped it")
 
 
+def _check_stall(config: dict) -> None:
+    """A hang must be named before every silent request times out: the stall timeout below the request timeout."""
+    bench = config["benchmark"]
+    stall, request = bench["stall_timeout_s"], bench["request_timeout_s"]
+    if stall is not None and stall >= request:
+        raise ConfigError(f"benchmark.stall_timeout_s: {stall:g} s is not shorter than benchmark.request_timeout_s "
+                          f"({request:g} s): every request of a hung server would time out before the hang is "
+                          "named; leave it null (a tenth of the request timeout) or lower it")
+
+
 def _check_coding(config: dict) -> None:
     """The coding-eval subset must exist."""
     coding = config["coding_eval"]
@@ -347,17 +373,26 @@ def unverified_swept_knobs(config: dict) -> list[str]:
 
 
 def _run_validate(args: argparse.Namespace) -> int:
-    """`ddsweep validate`: check the configuration, say so, and optionally write it out with defaults filled."""
+    """`ddsweep validate`: check the configuration Snakemake would run (the files given merged over the
+    workflow's config/config.yaml, as `--configfile` merges them), say so, and optionally write it out."""
+    files = [] if args.config_json else workflow_config_files(args.config)
     try:
-        config = config_from_args(args)
+        config = validate_config(json.loads(args.config_json)) if args.config_json else load_config(*files)
+    except json.JSONDecodeError as exc:
+        print(f"ddsweep validate: --config-json is not valid JSON: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
-        print(f"ddsweep validate: {exc}", file=sys.stderr)
+        merged = (f" (checked: {' merged with '.join(files)}, as snakemake --configfile merges them: mappings "
+                  f"merge key by key, so a key of {files[0]} that a later file does not replace stays)"
+                  if len(files) > 1 else "")
+        print(f"ddsweep validate: {exc}{merged}", file=sys.stderr)
         return 2
     if args.write:
         write_text_atomic(args.write, yaml.safe_dump(config, sort_keys=False))
     for warning in unverified_swept_knobs(config):
         print(f"ddsweep validate: warning: {warning}", file=sys.stderr)
-    print(f"configuration OK: study {config['study']!r}, {len(expand_points(config))} points")
+    checked = f" ({' merged with '.join(files)})" if len(files) > 1 else ""
+    print(f"configuration OK: study {config['study']!r}, {len(expand_points(config))} points{checked}")
     return 0
 
 

@@ -52,6 +52,7 @@ from ddsweep.point.lifecycle import (
 from ddsweep.point.marks import AttemptMarks
 from ddsweep.point.multinode import group_spec, is_multinode
 from ddsweep.point.preflight import PROBE_PORT, Finding
+from ddsweep.point.workflow_watch import WorkflowWatch, launching_workflow
 from ddsweep.slurm import parse_slurm_duration
 from ddsweep.storage import read_json, write_json_atomic
 from ddsweep.store import STARTED
@@ -64,10 +65,11 @@ CRASH_GRACE_S = 5.0
 class PointFailed(RuntimeError):
     """A point could not be completed; `kind` is one of the error kinds in docs/results-schema.md."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.classification: Classification | None = None
+        self.details = details or {}  # further keys of failure.json (a hang's `hang`)
 
     @property
     def is_result(self) -> bool:
@@ -156,18 +158,20 @@ def _archive_previous_attempt(out_dir: Path) -> None:
 
 
 def _install_signal_handlers(received: list[str], time_limit: str = "",
-                             on_time_limit: Callable[[], None] | None = None) -> dict:
+                             on_signal: Callable[[], None] | None = None, named: list[str] | None = None) -> dict:
     """Turn SIGTERM/SIGINT/SIGHUP, and SIGALRM (the alarm set before the job's time limit, named `time_limit`),
     into an Interrupted exception so the server is always stopped; `received` keeps the cause, because the
-    exception can be swallowed (e.g. inside an event loop) while a signal sent to every process of the job also
-    stops the server and makes the step in progress fail. The alarm reaches run-point alone: `on_time_limit`
-    signals the server as the job's signal would."""
+    exception can be swallowed (e.g. inside an event loop). A signal may reach run-point alone (the alarm, a `kill`
+    of run-point, the SIGTERM run-point sends itself when its workflow is gone, whose cause is in `named`):
+    `on_signal` signals the server at once, as a signal to every process of the job would, so that the step in
+    progress fails even where the exception was swallowed."""
     def handler(signum: int, _frame: object) -> None:
         alarm = signum == signal.SIGALRM
-        cause = time_limit if alarm and time_limit else signal.Signals(signum).name
+        cause = (time_limit if alarm and time_limit else named[0] if named and signum == signal.SIGTERM
+                 else signal.Signals(signum).name)
         received.append(cause)
-        if alarm and on_time_limit is not None:
-            on_time_limit()
+        if on_signal is not None:
+            on_signal()
         raise Interrupted(cause)
 
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM)}
@@ -186,6 +190,22 @@ def slurm_time_left_s() -> float | None:
         return None
     return parse_slurm_duration(answer)
 
+
+
+def _watch_workflow(named: list[str], progress: Callable[[str], None]) -> WorkflowWatch | None:
+    """Watch the Snakemake process that launched this job, if one did: when it is gone, name the cause in `named`
+    and send this process SIGTERM, which stops the server and records the point as interrupted."""
+    workflow = launching_workflow()
+    if workflow is None:
+        return None
+
+    def gone(cause: str) -> None:
+        named.append(cause)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    watch = WorkflowWatch(workflow, gone).start()
+    progress(f"watching the workflow that launched this job, {watch.description}: the point stops if it ends")
+    return watch
 
 
 def _write_point_file(record: dict, spec: ServerSpec, out_dir: Path, run: PointRun) -> None:
@@ -306,6 +326,7 @@ def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun
                progress: Callable[[str], None]) -> None:
     """Run the benchmark matrix against the server."""
     from ddsweep.bench.cells import BenchmarkError, BenchSettings, infeasible_cells, run_benchmark, without_cells
+    from ddsweep.bench.hangs import ServerHang
 
     bench = record["benchmark"]
     settings = BenchSettings(**{k: v for k, v in bench.items() if k in BenchSettings.__dataclass_fields__})
@@ -320,6 +341,10 @@ def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun
         doc = run_benchmark(server.spec.url, out_dir / "bench", feasible, simulated=run.simulated, progress=progress)
     except BenchmarkError as exc:
         raise _crash_or(server, "benchmark", "bench_failures", _with_failed_cells(str(exc), out_dir)) from exc
+    except ServerHang as exc:  # a server that died closes its connections: a silent one is alive, so no grace
+        if server.exited() is not None:
+            raise _crash_or(server, "benchmark", "server_crash", str(exc)) from exc
+        raise PointFailed("server_hang", _with_failed_cells(str(exc), out_dir), {"hang": exc.record()}) from exc
     _check_alive(server, "benchmark", bool(doc.get("failed_cells")),
                  _with_failed_cells("its results are incomplete", out_dir))
     run.failed_cells = [{key: cell.get(key) for key in ("workload", "context", "concurrency", "repeat",
@@ -371,15 +396,17 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
         attempt = int(prior.get("attempt") or 1) + 1 if prior else 1
         write_json_atomic(out_dir / "failure.json", run.record(
             "failed", error_kind=exc.kind, error=str(exc), failure_class=exc.classification.failure_class,
-            classified_by=exc.classification.why, attempt=attempt, record_sha256=digest))
+            classified_by=exc.classification.why, attempt=attempt, record_sha256=digest, **exc.details))
         return exc
     received: list[str] = []
     left = slurm_time_left_s() if time_limit_lead_s > 0 else None
     cause = f"the Slurm job's time limit (stopped {time_limit_lead_s:g} s before it, resources.signal_lead_s)"
     live: list[ManagedServer] = []
-    previous = _install_signal_handlers(received, cause, lambda: [started.terminate() for started in live])
+    named: list[str] = []  # why run-point signalled itself: its workflow is gone
+    previous = _install_signal_handlers(received, cause, lambda: [started.terminate() for started in live], named)
     if left is not None:
         signal.setitimer(signal.ITIMER_REAL, max(1.0, left - time_limit_lead_s))
+    watch = _watch_workflow(named, progress)
     server: ManagedServer | None = None
     try:
         try:
@@ -425,6 +452,8 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
         error.classification = error.classification or classify("io", "", {}, digest, None)
         raise error from exc
     finally:
+        if watch is not None:
+            watch.stop()
         signal.setitimer(signal.ITIMER_REAL, 0)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

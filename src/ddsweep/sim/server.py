@@ -83,6 +83,7 @@ class SimServer(OpenAIEndpoints):
         self.total_tokens = 0
         self.total_verify = 0
         self.generate_count = 0
+        self.hung = False  # `hang[:N]`: the scheduler has stopped; no request gets another token
         self.step_count = 0
         self._drift_t0: float | None = None
         self._ids = itertools.count(1)
@@ -187,6 +188,8 @@ class SimServer(OpenAIEndpoints):
                 await asyncio.sleep(delay)
             else:
                 target = loop.time()
+            if self.hung:  # a stuck scheduler: nothing in flight advances again (the task ends at shutdown)
+                await loop.create_future()
             now = time.time()
             still: list[GenRequest] = []
             for req in batch:
@@ -426,7 +429,12 @@ class SimServer(OpenAIEndpoints):
         raising = self.s.fault("engine-exception")
         if raising and self.generate_count == int(raising.arg or 1):
             self._engine_exception()
-        if self.s.fault("hang"):
+        hang = self.s.fault("hang")
+        if hang and self.generate_count > int(hang.arg or 0):
+            if not self.hung:
+                log(f"Scheduler stopped after {self.generate_count - 1} generate requests: no request in flight or "
+                    "to come gets another token, /health still answers [simulated fault hang]")
+                self.hung = True
             return True, False, False
         draws = {k: rng.random() for k, rng in self._fault_rngs.items()}
         err = self.s.fault("error-rate")

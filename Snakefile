@@ -14,6 +14,7 @@ configfile: "config/config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/preflight.smk"
+include: "workflow/rules/canary.smk"
 
 
 # sweep.strategy: grid runs every point in full; adaptive screens, selects and confirms (workflow/rules/adaptive.smk).
@@ -38,8 +39,15 @@ rule all:
         final_outputs(),
 
 
+# The last line says what the study measured: a study with failed points still ends with its summary and exit
+# code 0, as with --keep-going (failed points are results, or run again by the next invocation).
 onsuccess:
     print(
         "\nddsweep: optimization summary in reports/optimization_summary.md; "
         "tables in results/tables/, plots in reports/plots/, bundles in reports/bundles/."
     )
+    print(f"ddsweep: {study_outcome()}")
+
+
+onerror:
+    print(f"ddsweep: the workflow stopped with an error; {study_outcome()}")

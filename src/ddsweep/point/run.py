@@ -183,7 +183,7 @@ def slurm_time_left_s() -> float | None:
 
 
 
-def _write_point_file(record: dict, spec: ServerSpec, out_dir: Path, run: PointRun) -> None:
+def write_point_file(record: dict, spec: ServerSpec, out_dir: Path, run: PointRun) -> None:
     """point.json: the point's knobs and the server command it runs (or would have run)."""
     write_json_atomic(out_dir / "point.json", {
         "point_id": record["point_id"], "preset": record["point"]["preset"], "kind": record["point"]["kind"],
@@ -209,7 +209,7 @@ def preflight_errors(path: Path | None) -> list[str]:
 
 def _stop_after_preflight(record: dict, out_dir: Path, run: PointRun, errors: list[str]) -> None:
     """Record a point whose preset the preflight refused: its command and why; no server is started."""
-    _write_point_file(record, render_server(record, PROBE_PORT), out_dir, run)
+    write_point_file(record, render_server(record, PROBE_PORT), out_dir, run)
     run.steps["preflight"] = "failed"
     raise PointFailed("preflight", "stopped by the preflight before any server start: " + "; ".join(errors))
 
@@ -226,7 +226,7 @@ def _start_server(record: dict, out_dir: Path, run: PointRun, progress: Callable
                 check_gpus_free(out_dir, progress)
         if is_multinode(record):
             spec = group_spec(record, spec.port, out_dir)
-        _write_point_file(record, spec, out_dir, run)
+        write_point_file(record, spec, out_dir, run)
         server = ManagedServer(spec, out_dir / "server.log", engine["shutdown_timeout_s"])
         progress(f"starting server on {spec.url}: {' '.join(spec.command)}")
         try:

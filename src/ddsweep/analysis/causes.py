@@ -26,11 +26,12 @@ PORT = re.compile(r" \(port \d+\)")
 URL = re.compile(r"https?://[^\s/,;)]+")
 # What to do next, by whose failure it was.
 NEXT = {
-    INFRASTRUCTURE: "the machine's or the environment's: fix it (the failed points' server.log and failure.json "
-                    "under results/ name it) and run the same command again; these points run again, no other does",
-    CONFIGURATION: "results of their configuration, not rerun: change the preset or the points (config/README.md) "
-                   "and run again",
-    None: "their records are missing or unreadable: run the same command again",
+    INFRASTRUCTURE: "Failures on the machine or in its software: fix the cause (each failed point's failure.json and "
+                    "server.log under results/ name it) and run the same command again; those points and the "
+                    "points not started run again, no other point does.",
+    CONFIGURATION: "Failures of a configuration are results and are not run again: change the preset or the points "
+                   "(config/README.md) to measure them.",
+    None: "Points without a readable record run again when the same command runs again.",
 }
 
 
@@ -49,14 +50,14 @@ class Failure:
 @dataclass
 class FailureGroup:
     """Points that failed with one cause: those that failed, those not started because of it, and the builds
-    whose canary it stopped."""
+    whose canary it was."""
 
     error_kind: str | None
     cause: str
     failure_class: str | None
     failed: list[str] = field(default_factory=list)
     not_started: list[str] = field(default_factory=list)
-    builds: list[str] = field(default_factory=list)
+    canaries: dict[str, str] = field(default_factory=dict)  # a failed point that was its build's canary -> build
 
     @property
     def size(self) -> int:
@@ -80,8 +81,7 @@ def group_failures(failures: Iterable[Failure]) -> list[FailureGroup]:
             key = (f.canary.get("error_kind"), cause_text(f.canary.get("error")))
             group = groups.setdefault(key, FailureGroup(key[0], key[1], INFRASTRUCTURE))
             group.not_started.append(f.point_id)
-            if f.canary.get("family") and f.canary["family"] not in group.builds:
-                group.builds.append(str(f.canary["family"]))
+            group.canaries[str(f.canary.get("point_id"))] = str(f.canary.get("family"))
             continue
         key = (f.error_kind, cause_text(f.error))
         group = groups.setdefault(key, FailureGroup(key[0], key[1], f.failure_class))
@@ -105,13 +105,13 @@ def _names(ids: list[str]) -> str:
 
 def group_text(group: FailureGroup) -> str:
     """One line for a group: the cause quoted once, then its points, e.g. `startup_exit`, the machine's: "the
-    server exited …" — 2 failed: `ar`, `bs8-…` (the canaries of builds …); 5 not started because of it: …"""
+    server exited …" — 2 failed: `ar`, `bs8-…` (the canary of build …); 5 not started because of it: …"""
     whose = {INFRASTRUCTURE: ", the machine's", CONFIGURATION: ", the configuration's"}.get(group.failure_class, "")
     points = []
     if group.failed:
-        canaries = f" (the canary of build {', '.join(group.builds)})" if len(group.builds) == 1 else \
-            f" (the canaries of builds {', '.join(group.builds)})" if group.builds else ""
-        points.append(f"{len(group.failed)} failed: {_names(group.failed)}{canaries}")
+        names = ", ".join(f"`{p}`" + (f" (the canary of build {group.canaries[p]})" if p in group.canaries else "")
+                          for p in group.failed)
+        points.append(f"{len(group.failed)} failed: {names}")
     if group.not_started:
         points.append(f"{len(group.not_started)} not started because of it: {_names(group.not_started)}")
     return f"`{group.error_kind or 'unknown'}`{whose}: \"{group.cause}\" — " + "; ".join(points)
@@ -124,8 +124,8 @@ def overview(total: int, measured: int, failures: list[Failure]) -> dict[str, An
     not_started = sum(len(g.not_started) for g in groups)
     lost = total - measured
     alarm = total > 0 and (measured == 0 or lost * 2 > total)
-    measured_text = "Nothing was measured" if measured == 0 else f"{measured} of {total} points were measured"
-    headline = f"{measured_text}: {lost} of {total} lost, {lost - not_started} failed and {not_started} not started."
+    headline = (f"{measured} of {total} points measured; {lost} lost: {lost - not_started} failed, "
+                f"{not_started} not started.")
     classes = list(dict.fromkeys(g.failure_class if g.failure_class in NEXT else None for g in groups))
     return {"total": total, "measured": measured, "lost": lost, "not_started": not_started, "alarm": alarm,
             "headline": headline, "groups": [{**asdict(g), "text": group_text(g)} for g in groups],

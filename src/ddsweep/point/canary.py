@@ -65,15 +65,19 @@ def shared_cause(job_dir: Path) -> dict[str, Any] | None:
         return None
     if (failure.get("steps") or {}).get("server") == "ok":
         return None
-    return {key: failure.get(key) for key in CAUSE_KEYS}
+    return {**{key: failure.get(key) for key in CAUSE_KEYS}, "error": _head(failure.get("error"))}
+
+
+def _head(error: Any) -> str:
+    """The first line of an error, without the clause that introduces the log lines after it."""
+    lines = str(error or "").strip().splitlines()
+    return lines[0].removesuffix("; last log lines:") if lines else "no message"
 
 
 def not_started_error(canary: str, family: str, cause: dict[str, Any]) -> str:
     """The one-line error of a job that was not started because of its family's canary."""
-    reason = str(cause.get("error") or "").strip().splitlines()
-    head = reason[0].removesuffix("; last log lines:") if reason else "no message"
     return (f"not started: the canary `{canary}` of build {family} failed at start-up on the machine "
-            f"({cause.get('error_kind')}: {head}); fix the cause and run the workflow again")
+            f"({cause.get('error_kind')}: {cause.get('error')}); fix the cause and run the workflow again")
 
 
 def write_not_started(record: dict, job_dir: Path, family: Family, cause: dict[str, Any]) -> bool:

@@ -158,7 +158,7 @@ def render_failures(failures: dict[str, Any]) -> list[str]:
     """What went wrong, before the decision, when the study measured nothing or lost more than half its points."""
     title = "Nothing was measured" if failures["measured"] == 0 else "More than half of the points were lost"
     return [f"## {title}", "", failures["headline"], "", *(f"- {g['text']}" for g in failures["groups"]), "",
-            *(f"Next: {advice}." for advice in failures["next"]), ""]
+            *(f"Next: {advice}" for advice in failures["next"]), ""]
 
 
 def ratio_dict_text(est: dict[str, Any] | None) -> str:

@@ -106,7 +106,7 @@ def point_state(directory: Path, job: dict[str, Any] | None, regime: dict[str, A
     elif done and done.get("status") == "ok":
         state.state, state.detail = "done", _headline(directory, regime)
     elif done and done.get("error_kind") == NOT_STARTED:
-        state.state, state.detail = NOT_STARTED, f"{done.get('reason')} (rerun by the next invocation)"
+        state.state, state.detail = NOT_STARTED, str(done.get("reason"))
     elif done:
         state.state, state.detail = "failed", f"{done.get('error_kind')}: {done.get('reason')}"
         if done.get("persisted"):

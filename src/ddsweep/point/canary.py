@@ -21,7 +21,7 @@ from typing import Any
 from ddsweep.config.families import Family, families, job_dirs
 from ddsweep.config.records import point_record
 from ddsweep.config.study import find_point
-from ddsweep.point.failures import INFRASTRUCTURE
+from ddsweep.point.failures import INFRASTRUCTURE, read_record
 from ddsweep.point.lifecycle import render_server
 from ddsweep.point.preflight import PROBE_PORT
 from ddsweep.point.run import PointRun, done_record, write_point_file
@@ -46,19 +46,10 @@ class Verdict:
     not_started: list[str] = field(default_factory=list)
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    """A JSON object from disk, or None when it is missing or unreadable."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def shared_cause(job_dir: Path) -> dict[str, Any] | None:
     """The canary's failure when its family shares it: recorded on the machine (infrastructure, after the job's
     retries), before the server became healthy, and not a stop from outside; None otherwise."""
-    done, failure = _read(job_dir / "done.json"), _read(job_dir / "failure.json")
+    done, failure = read_record(job_dir / "done.json"), read_record(job_dir / "failure.json")
     if not done or done.get("status") != "failed" or not failure:
         return None
     if failure.get("failure_class") != INFRASTRUCTURE or failure.get("error_kind") in NOT_SHARED:
@@ -105,9 +96,9 @@ def decide(config: dict, results_dir: Path) -> list[Verdict]:
     verdicts = []
     for family in families(config):
         canary_dir = job_dirs(config, results_dir, family.canary)[0]
-        done = _read(canary_dir / "done.json")
+        done = read_record(canary_dir / "done.json")
         cause = shared_cause(canary_dir)
-        status = "missing" if done is None else "blocked" if cause else "ok" if done.get("status") == "ok" else "failed"
+        status = "missing" if not done else "blocked" if cause else "ok" if done.get("status") == "ok" else "failed"
         verdict = Verdict(family.name, family.canary, canary_dir.as_posix(), status, cause)
         if cause:
             for point_id in family.members:

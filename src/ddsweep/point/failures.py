@@ -163,8 +163,8 @@ def classify(kind: str, log_text: str, patterns: Mapping[str, list[str]], digest
                           "from the machine's")
 
 
-def _read_done(path: Path) -> dict:
-    """A done.json as a dict ({} when it is unreadable or not an object)."""
+def read_record(path: Path) -> dict:
+    """A job's record (done.json, failure.json) as a dict; {} when it is missing, unreadable or not an object."""
     try:
         done = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -206,7 +206,7 @@ def drop_persisted_records(results_dir: Path, point_ids: Collection[str], stages
     record (`canaries`: ddsweep.config.families.canary_records), the canaries' verdict goes too, with the summary
     that pulls it in again (workflow/rules/canary.smk): the build's other points wait for the canary again."""
     results_dir = Path(results_dir)
-    if any(Path(c).exists() and is_persisted(_read_done(Path(c))) for c in canaries):
+    if any(is_persisted(read_record(Path(c))) for c in canaries):
         (results_dir / "canary.json").unlink(missing_ok=True)
         (results_dir.parent / "reports" / "summary.json").unlink(missing_ok=True)
     dropped = []
@@ -214,7 +214,7 @@ def drop_persisted_records(results_dir: Path, point_ids: Collection[str], stages
         for path in sorted((results_dir / stage).rglob("done.json")):
             if "attempts" in path.relative_to(results_dir).parts:
                 continue
-            done = _read_done(path)
+            done = read_record(path)
             if is_persisted(done) and done.get("point_id") in point_ids:
                 path.unlink(missing_ok=True)
                 dropped.append(path.as_posix())

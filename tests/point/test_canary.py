@@ -9,7 +9,7 @@ from pathlib import Path
 from conftest import demo_config
 
 from ddsweep.cli import main
-from ddsweep.config.families import canary_records, families, first_stage, job_dirs
+from ddsweep.config.families import canaries_line, canary_records, families, first_stage, job_dirs
 from ddsweep.point.canary import NOT_STARTED, decide, shared_cause
 from ddsweep.point.failures import drop_persisted_records
 
@@ -44,6 +44,8 @@ def test_each_build_starts_with_ar_or_its_cheapest_point():
     # the smallest verify width (budget 4 + 1), then the first in expansion order; aliases do not run
     assert ddtree.canary == "bs8-b4-t1-w2048" and "bs8-b8-t8-w2048" not in ddtree.members
     assert ddtree.members[0] == ddtree.canary and len(ddtree.members) == 5
+    assert canaries_line(config).endswith(": ar (sglang, before 2 other point(s)), bs8-b4-t1-w2048 (sglang-pr29907, "
+                                          "before 4 other point(s))")
     # a study's own preset without a build is a family of its own
     custom = {**config["engine"]["presets"]["ddtree"]}
     custom.pop("build")

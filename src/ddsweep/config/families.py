@@ -77,3 +77,9 @@ def job_dirs(config: dict, results_dir: Path, point_id: str) -> list[Path]:
 def canary_records(config: dict, results_dir: Path) -> list[Path]:
     """The first-stage record (done.json) of each family's canary."""
     return [job_dirs(config, results_dir, family.canary)[0] / "done.json" for family in families(config)]
+
+
+def canaries_line(config: dict) -> str:
+    """The plan's line naming each build's canary, e.g. `started first, one per engine build: ar (sglang), ...`."""
+    return ("started first, one per engine build (the build's other points wait for it; workflow/rules/canary.smk): "
+            + ", ".join(f"{f.canary} ({f.name}, before {len(f.others)} other point(s))" for f in families(config)))

@@ -105,7 +105,8 @@ def test_a_blocked_build_records_its_other_jobs_as_not_started_and_keeps_every_r
     assert failure["canary"]["family"] == "sglang-pr29907" and failure["steps"] == {}
     assert ("not started: the canary `bs8-b4-t1-w2048` of build sglang-pr29907 failed at start-up on the machine "
             "(startup_exit: the server exited with code 1 during startup (port 40123): OSError: Could not load "
-            "this library: /venv/deep_gemm/_C.so)") in failure["error"]
+            f"this library: /venv/deep_gemm/_C.so; its failure.json and server.log are in {results}/launches/"
+            "bs8-b4-t1-w2048/launch-0)") in failure["error"]
     point = json.loads((job / "point.json").read_text())
     assert point["knobs"]["budget"] == 8 and "--speculative-ddtree-budget" in point["command"]
     assert not (job / "server.log").exists()  # no server was started

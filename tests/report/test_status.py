@@ -135,3 +135,14 @@ def test_points_not_started_are_named_with_their_canarys_cause_and_nothing_measu
         "0 of 8 points measured; 3 failed, 1 of them not started (their build's canary failed at start-up; run "
         "again by the next invocation); 5 without an outcome")
     assert main(["status", "--config", *configs, "--results", str(results)]) == 0  # nothing expected: exit 0
+
+
+def test_an_adaptive_studys_point_is_shown_from_its_screening_until_it_has_a_record(tmp_path):
+    from ddsweep.report.status import point_directory
+
+    results = tmp_path / "results"
+    _write(results / "screen/bs8-b8-t4-w2048/done.json", {"status": "ok"})
+    assert point_directory(results, "bs8-b8-t4-w2048", adaptive=True) == results / "screen/bs8-b8-t4-w2048"
+    assert point_directory(results, "bs8-b8-t4-w2048", adaptive=False) == results / "points/bs8-b8-t4-w2048"
+    _write(results / "points/bs8-b8-t4-w2048/done.json", {"status": "ok"})
+    assert point_directory(results, "bs8-b8-t4-w2048", adaptive=True) == results / "points/bs8-b8-t4-w2048"

@@ -65,13 +65,14 @@ def _head(error: Any) -> str:
     return lines[0].removesuffix("; last log lines:") if lines else "no message"
 
 
-def not_started_error(canary: str, family: str, cause: dict[str, Any]) -> str:
+def not_started_error(canary: str, family: str, cause: dict[str, Any], canary_dir: Path) -> str:
     """The one-line error of a job that was not started because of its family's canary."""
     return (f"not started: the canary `{canary}` of build {family} failed at start-up on the machine "
-            f"({cause.get('error_kind')}: {cause.get('error')}); fix the cause and run the workflow again")
+            f"({cause.get('error_kind')}: {cause.get('error')}; its failure.json and server.log are in "
+            f"{canary_dir}); fix the cause and run the workflow again")
 
 
-def write_not_started(record: dict, job_dir: Path, family: Family, cause: dict[str, Any]) -> bool:
+def write_not_started(record: dict, job_dir: Path, family: Family, cause: dict[str, Any], canary_dir: Path) -> bool:
     """Record a job of the family as not started (point.json, failure.json, done.json persisted), unless it has
     a record already; returns whether it wrote one."""
     if (job_dir / "done.json").exists():
@@ -79,12 +80,12 @@ def write_not_started(record: dict, job_dir: Path, family: Family, cause: dict[s
     job_dir.mkdir(parents=True, exist_ok=True)
     run = PointRun(point_id=record["point_id"], simulated=bool(record.get("simulated")))
     write_point_file(record, render_server(record, PROBE_PORT), job_dir, run)
-    error = not_started_error(family.canary, family.name, cause)
+    error = not_started_error(family.canary, family.name, cause, canary_dir)
     write_json_atomic(job_dir / "failure.json", run.record(
         "failed", error_kind=NOT_STARTED, error=error, failure_class=INFRASTRUCTURE,
         classified_by=f"the canary of build {family.name} failed at start-up on the machine: its other points "
                       "share the set-up, so none was started", attempt=0, persisted=True, attempts=0,
-        canary={"point_id": family.canary, "family": family.name, **cause}))
+        canary={"point_id": family.canary, "family": family.name, "record": canary_dir.as_posix(), **cause}))
     write_json_atomic(job_dir / "done.json", done_record(record["point_id"], "failed", NOT_STARTED, error,
                                                          persisted_after=0))
     return True
@@ -104,7 +105,7 @@ def decide(config: dict, results_dir: Path) -> list[Verdict]:
             for point_id in family.members:
                 record = point_record(config, find_point(config, point_id))
                 for job_dir in job_dirs(config, results_dir, point_id):
-                    if job_dir != canary_dir and write_not_started(record, job_dir, family, cause):
+                    if job_dir != canary_dir and write_not_started(record, job_dir, family, cause, canary_dir):
                         verdict.not_started.append(job_dir.as_posix())
         verdicts.append(verdict)
     return verdicts

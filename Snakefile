@@ -16,6 +16,7 @@ configfile: "config/config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/preflight.smk"
+include: "workflow/rules/canary.smk"
 
 
 # sweep.strategy: grid runs every point in full; adaptive screens, selects and confirms (workflow/rules/adaptive.smk).
@@ -41,6 +42,8 @@ rule all:
         final_outputs(),
 
 
+# The last line says what the study measured: a study with failed points still ends with its summary and exit
+# code 0, as with --keep-going (failed points are results, or run again by the next invocation).
 onsuccess:
     print(
         "\nddsweep: optimization summary in reports/optimization_summary.md; "
@@ -49,3 +52,8 @@ onsuccess:
     resume = resume_message(Path("results"), STUDY["reproduce_command"])
     if resume:
         print(resume)
+    print(f"ddsweep: {study_outcome()}")
+
+
+onerror:
+    print(f"ddsweep: the workflow stopped with an error; {study_outcome()}")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Check a GPU set-up in minutes: SGLang installed (online with pip, offline from a folder of wheels, or already
 # there), dummy-weight models written, then the whole workflow on ar, DFLASH, STANDALONE (self-draft), NGRAM and a
-# small DDTree sweep (benchmarks/gpu/study.yaml) on one NVIDIA GPU. Prints where the summary is.
+# small DDTree sweep (benchmarks/gpu/study.yaml) on one NVIDIA GPU. Prints where the summary is, and exits non-zero
+# when the check failed: the workflow failed, no summary was written, nothing was measured (`ddsweep status
+# --expect-measured 1` prints every point and the failures grouped by cause), or a server outlived the study.
 #
 #   bash benchmarks/gpu/check.sh [--install online|WHEEL_DIR|none] [--work DIR] [--study FILE] [--capture]
 #                                [--time-budget S] [--store DIR|s3://BUCKET/PREFIX] [-- SNAKEMAKE ARGS]
@@ -9,6 +11,8 @@
 # --install online    pip install sglang==0.5.17 and the workflow's packages from PyPI
 # --install WHEEL_DIR the same from a folder of wheels (no network)
 # --install none      (default) SGLang must already import with $PYTHON (PYTHONPATH is honoured)
+# --install standin   no SGLang, GPU or models: a study (--study) whose launcher is the stand-in server (`ddsweep
+#                     sim-server`), to check the check itself on any machine
 # --work DIR          models, the study's directory and logs (default /tmp/ddsweep-gpu)
 # --study FILE        the study merged over config/config.yaml (default benchmarks/gpu/study.yaml;
 #                     benchmarks/gpu/stability.yaml: two launches of ar, NGRAM and DDTree side by side); given
@@ -44,12 +48,16 @@ mkdir -p "$WORK"
 
 PACKAGES=(sglang==0.5.17 "snakemake>=9,<10" nvidia-ml-py)
 case "$INSTALL" in
-  none) ;;
+  none|standin) ;;
   online) "$PY" -m pip install -q "${PACKAGES[@]}" && "$PY" -m pip install -q --no-deps -e "$REPO" ;;
   *) "$PY" -m pip install -q --no-index --find-links "$INSTALL" "${PACKAGES[@]}" &&
      "$PY" -m pip install -q --no-deps --no-build-isolation -e "$REPO" ;;
 esac
-if ! "$PY" -c "import sglang.srt.server_args" 2>"$WORK/sglang-import.err"; then
+if [ "$INSTALL" = standin ] && [ ${#STUDIES[@]} -eq 0 ]; then
+  echo "check.sh: --install standin needs --study with a stand-in launcher (the default study needs SGLang)" >&2
+  exit 2
+fi
+if [ "$INSTALL" != standin ] && ! "$PY" -c "import sglang.srt.server_args" 2>"$WORK/sglang-import.err"; then
   echo "check.sh: SGLang does not import with $PY: $(tail -n 1 "$WORK/sglang-import.err")" >&2
   echo "check.sh: install it (--install online, or --install WHEEL_DIR) or set PYTHON/PYTHONPATH" >&2
   exit 1
@@ -62,10 +70,11 @@ if ! command -v ddsweep >/dev/null; then
   chmod +x "$WORK/bin/ddsweep"
   export PATH="$WORK/bin:$PATH" PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}"
 fi
-echo "check.sh: $("$PY" -c 'import sglang, torch; print("sglang", sglang.__version__, "torch", torch.__version__)')"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-
-"$PY" "$REPO/benchmarks/gpu/make_models.py" "$WORK/models" > "$WORK/models.json"
+if [ "$INSTALL" != standin ]; then
+  echo "check.sh: $("$PY" -c 'import sglang, torch; print("sglang", sglang.__version__, "torch", torch.__version__)')"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  "$PY" "$REPO/benchmarks/gpu/make_models.py" "$WORK/models" > "$WORK/models.json"
+fi
 RUN=$WORK/run
 mkdir -p "$RUN/config"
 cp "$REPO/config/config.yaml" "$RUN/config/config.yaml"
@@ -89,16 +98,28 @@ code=$?
 set -e
 now=$(date +%s)
 echo "check.sh: workflow exit code $code; workflow $((now - study_start)) s, whole check $((now - started)) s"
+failed=()
+[ "$code" = 0 ] || failed+=("the workflow exited with code $code")
 if [ -f "$RUN/reports/optimization_summary.md" ]; then
   echo "check.sh: summary in $RUN/reports/optimization_summary.md (tables in $RUN/results/tables/)"
 else
-  echo "check.sh: no summary was written; the point logs are in $RUN/results/logs/points/" >&2
+  failed+=("no summary was written; the point logs are in $RUN/results/logs/points/")
 fi
 if PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c \
     'import sys; from ddsweep.budget import not_started; sys.exit(0 if not_started(sys.argv[1]) else 1)' \
     "$RUN/results"; then
   echo "check.sh: points are left for lack of time; resume with the same command: bash $0 ${ORIGINAL_ARGS[*]}"
 fi
-leftover=$(pgrep -f "sglang.launch_server" || true)
-[ -z "$leftover" ] || echo "check.sh: WARNING: server processes still running: $leftover" >&2
-exit "$code"
+if ! ddsweep status --config "$RUN/config/config.yaml" "${CONFIGS[@]}" --results "$RUN/results" --expect-measured 1
+then
+  failed+=("nothing was measured: the causes are above and in the summary's first lines")
+fi
+leftover=$([ "$INSTALL" = standin ] || pgrep -f "sglang.launch_server" || true)
+[ -z "$leftover" ] || failed+=("server processes still running: $(echo $leftover)")
+for reason in "${failed[@]}"; do
+  echo "check.sh: FAILED: $reason" >&2
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  [ "$code" = 0 ] && exit 1 || exit "$code"
+fi
+echo "check.sh: passed"

@@ -26,6 +26,7 @@ SUBCOMMANDS = {
     "funnel": "ddsweep.adaptive.cli",
     "merge-launches": "ddsweep.point.launches",
     "reference-hosts": "ddsweep.config.reference",
+    "canary": "ddsweep.point.canary",
     "store": "ddsweep.store",
 }
 

@@ -75,6 +75,34 @@ def test_a_failure_is_classified_by_kind_log_patterns_and_the_previous_attempt(k
     assert classify(kind, log, PATTERNS, "D", previous).failure_class == expected
 
 
+# What SGLang printed at every start when deep_gemm's compiled library did not load (sgl-deep-gemm 0.2.5 with
+# torch 2.11): it imports deep_gemm at start-up, whatever the preset.
+LIBRARY_NOT_LOADED = """Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/sglang/srt/layers/deep_gemm_wrapper/configurer.py", line 14, in <module>
+    import deep_gemm
+  File "/venv/lib/python3.11/site-packages/deep_gemm/__init__.py", line 20, in <module>
+    from . import _C
+OSError: Could not load this library: /venv/lib/python3.11/site-packages/deep_gemm/_C.so
+"""
+
+
+@pytest.mark.parametrize(("log", "expected"), [
+    (LIBRARY_NOT_LOADED, INFRASTRUCTURE),
+    ("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nModuleNotFoundError: No module "
+     "named 'sgl_kernel'\n", INFRASTRUCTURE),
+    ("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nImportError: libcudart.so.13: "
+     "cannot open shared object file: No such file or directory\n", INFRASTRUCTURE),
+    # a machine exception that is not the software's (out of memory at this size) is deterministic on retry
+    (OOM_CRASH, CONFIGURATION),
+])
+def test_software_that_does_not_load_is_the_environments_even_when_it_happens_again(log, expected):
+    again = {"error_kind": "startup_exit", "record_sha256": "D"}
+    found = classify("startup_exit", log, {}, "D", again)
+    assert found.failure_class == expected, found
+    if expected == INFRASTRUCTURE:
+        assert "could not load its software" in found.why
+
+
 @pytest.mark.parametrize(("kind", "log", "expected", "why"), [
     # the engine's own code raised: the configuration's, at once, whether the server exited or only its scheduler
     ("server_crash", SCHEDULER_CRASH, CONFIGURATION, "RuntimeError: The size of tensor a (7)"),

@@ -183,3 +183,23 @@ def test_caveats_that_would_change_the_decision_come_first(tmp_path: Path) -> No
     decisions = analyse(load_results(write_results(spec, tmp_path / "sim")), Settings.from_config(spec.config))
     block = decision_block(decisions)
     assert block["caveats"][0]["kind"] == "simulated" and len(block["caveats"]) <= 2
+
+
+def test_a_study_that_lost_more_than_half_its_points_opens_with_what_failed(tmp_path: Path) -> None:
+    from resultsets import broken_set
+
+    from ddsweep.report.render import render_decisions
+
+    spec = broken_set()  # 2 of 6 points completed
+    decisions = analyse(load_results(write_results(spec, tmp_path / "broken")), Settings.from_config(spec.config))
+    markdown = render_decisions(decisions)
+    lines = markdown.splitlines()
+    opening = lines.index("## More than half of the points were lost")
+    assert opening < lines.index("## Decision") and opening <= 4, lines[:8]
+    assert lines[opening + 2] == "2 of 6 points measured; 4 lost: 4 failed, 0 not started."
+    causes = [line for line in lines[opening:lines.index("## Decision")] if line.startswith("- ")]
+    assert len(causes) == 4 and any("`startup_timeout`" in c and "`bs8-b4-t4-w2048`" in c for c in causes)
+    assert any(line.startswith("Next: ") for line in lines[opening:lines.index("## Decision")])
+    fine = drafter_bound_set()
+    decisions = analyse(load_results(write_results(fine, tmp_path / "fine")), Settings.from_config(fine.config))
+    assert render_decisions(decisions).splitlines().index("## Decision") <= 4

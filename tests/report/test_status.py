@@ -13,7 +13,7 @@ from resultsets import SynthPoint, write_point
 from ddsweep.cli import main
 from ddsweep.config.plan import estimate_minutes, running_points
 from ddsweep.config.study import load_config
-from ddsweep.report.status import point_state, study_status
+from ddsweep.report.status import outcome_line, point_state, study_status
 from ddsweep.slurm import parse_slurm_duration as parse_elapsed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,3 +98,51 @@ def test_an_infrastructure_failure_without_done_json_says_it_runs_again(tmp_path
     assert state.state == "failed"
     assert state.detail == ("startup_timeout: the server did not become healthy within 1200 s (failed-infrastructure: "
                             "rerun by the next invocation)")
+
+
+def test_points_not_started_are_named_with_their_canarys_cause_and_nothing_measured_exits_1(tmp_path, capsys):
+    configs = [str(ROOT / "config/config.yaml"), str(ROOT / ".test/config.yaml")]
+    results = tmp_path / "results"
+    error = ("the server exited with code 1 during startup (port {}): OSError: Could not load this library: "
+             "/venv/deep_gemm/_C.so; last log lines:\n...")
+    for point, port in (("ar", 40001), ("bs8-b4-t1-w2048", 40002)):
+        _write(results / "points" / point / "failure.json", {"status": "failed", "error_kind": "startup_exit",
+                                                             "failure_class": "infrastructure", "duration_s": 3.0,
+                                                             "error": error.format(port)})
+        _write(results / "points" / point / "done.json", {"status": "failed", "error_kind": "startup_exit",
+                                                          "reason": error.format(port).splitlines()[0],
+                                                          "persisted": True, "attempts": 1})
+    reason = "not started: the canary `bs8-b4-t1-w2048` of build sglang-pr29907 failed at start-up on the machine"
+    canary = {"point_id": "bs8-b4-t1-w2048", "family": "sglang-pr29907", "error_kind": "startup_exit",
+              "error": error.format(40002).splitlines()[0].removesuffix("; last log lines:")}
+    _write(results / "points/bs8-b8-t1-w2048/failure.json", {"status": "failed", "error_kind": "not_started",
+                                                             "error": reason, "failure_class": "infrastructure",
+                                                             "canary": canary, "duration_s": 0.0})
+    _write(results / "points/bs8-b8-t1-w2048/done.json", {"status": "failed", "error_kind": "not_started",
+                                                          "reason": reason, "persisted": True, "attempts": 0})
+    assert main(["status", "--config", *configs, "--results", str(results), "--expect-measured", "1"]) == 1
+    out = capsys.readouterr()
+    row = next(line for line in out.out.splitlines() if line.startswith("bs8-b8-t1-w2048"))
+    assert row.split()[1] == "not_started" and reason in row
+    (cause,) = [line for line in out.out.splitlines() if line.startswith("- ")]
+    assert cause.startswith("- `startup_exit`, the machine's: \"the server exited with code 1 during startup: "
+                            "OSError: Could not load this library") and "2 failed: `ar`, `bs8-b4-t1-w2048`" in cause
+    assert "1 not started because of it: `bs8-b8-t1-w2048`" in cause
+    assert "1 not_started" in out.out and "fewer than the 1 expected" in out.err
+
+    status = study_status(load_config(*configs), results, {})
+    assert outcome_line(status, tmp_path / "summary.md").startswith(
+        "0 of 8 points measured; 3 failed, 1 of them not started (their build's canary failed at start-up; run "
+        "again by the next invocation); 5 without an outcome")
+    assert main(["status", "--config", *configs, "--results", str(results)]) == 0  # nothing expected: exit 0
+
+
+def test_an_adaptive_studys_point_is_shown_from_its_screening_until_it_has_a_record(tmp_path):
+    from ddsweep.report.status import point_directory
+
+    results = tmp_path / "results"
+    _write(results / "screen/bs8-b8-t4-w2048/done.json", {"status": "ok"})
+    assert point_directory(results, "bs8-b8-t4-w2048", adaptive=True) == results / "screen/bs8-b8-t4-w2048"
+    assert point_directory(results, "bs8-b8-t4-w2048", adaptive=False) == results / "points/bs8-b8-t4-w2048"
+    _write(results / "points/bs8-b8-t4-w2048/done.json", {"status": "ok"})
+    assert point_directory(results, "bs8-b8-t4-w2048", adaptive=True) == results / "points/bs8-b8-t4-w2048"

@@ -6,11 +6,11 @@ directory) finishes the study."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -75,7 +75,8 @@ def _ran(result: subprocess.CompletedProcess) -> list[str]:
     ran = []
     for i, line in enumerate(lines):
         if line.strip().endswith("rule run_point:"):
-            ran += [ln.split("point=")[1].split(",")[0].strip() for ln in lines[i:i + 12] if "wildcards: point=" in ln][:1]
+            names = [ln.split("point=")[1].split(",")[0].strip() for ln in lines[i:i + 12] if "point=" in ln]
+            ran += names[:1]
     return sorted(ran)
 
 
@@ -89,10 +90,8 @@ def _kill_machine(process: subprocess.Popen) -> None:
     """What a lost machine does to its work: every process of the workflow (its point job, the server) ends at once."""
     family = psutil.Process(process.pid).children(recursive=True)
     for member in [psutil.Process(process.pid), *family]:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             member.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(family, timeout=10)
     process.wait(timeout=10)
 

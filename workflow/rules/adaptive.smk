@@ -53,7 +53,7 @@ rule screen_point:
 
 checkpoint screen_select:
     input:
-        points=expand("results/screen/{apoint}/done.json", apoint=list(POINTS)),
+        points=after_canaries(expand("results/screen/{apoint}/done.json", apoint=list(POINTS))),
         config="results/study_config.yaml",
     output:
         "results/screen/round1.json",

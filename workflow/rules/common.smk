@@ -10,6 +10,7 @@ import yaml
 from snakemake.cli import get_profile_dir
 from snakemake.utils import validate
 
+from ddsweep.config.families import canary_records
 from ddsweep.config.launches import grid_launches
 from ddsweep.config.operational import OPERATIONAL_KEYS, measurement_record, operational_settings
 from ddsweep.config.plan import running_points
@@ -28,6 +29,7 @@ from ddsweep.point.workflow_watch import stop_point_jobs_on_sigterm
 # Snakemake answers SIGTERM by waiting for its running jobs: a point job would measure on for hours. The point jobs
 # it runs on this machine get the SIGTERM too, and record themselves as interrupted (docs/faults.md).
 stop_point_jobs_on_sigterm()
+from ddsweep.report.status import outcome_line, study_status
 
 # ddsweep's own check first: its messages name the key and the rule broken, and STUDY, which every rule reads,
 # has the schema's defaults filled. The catalog-style schema validation follows without filling defaults itself:
@@ -83,10 +85,12 @@ envvars:
 # an input of the summary). Only the main process: a Slurm job reads this file too.
 if workflow.is_main_process:
     stages = ["screen", "confirm", "points"] if ADAPTIVE else ["points", "reference", "launches"]
-    RERUN = drop_persisted_records(Path("results"), POINTS, [*stages, "coding_full"])
+    # a canary that runs again is judged again before its build's other points start (workflow/rules/canary.smk)
+    canaries = canary_records(STUDY, Path("results"))
+    RERUN = drop_persisted_records(Path("results"), POINTS, [*stages, "coding_full"], canaries)
     note_reruns(Path("results/reruns.json"), RERUN)
     for path in RERUN:
-        print(f"ddsweep: {path} failed on the machine on every attempt last time; running it again")
+        print(f"ddsweep: {path} failed on the machine or was not started last time; running it again")
 
 
 def command_line():
@@ -155,13 +159,36 @@ wildcard_constraints:
     point="|".join(POINTS) or "(?!)",
 
 
+def dry_run():
+    """Whether this is a dry run (`snakemake -n`)."""
+    return getattr(workflow.executor_plugin, "name", None) == "dryrun"
+
+
+def canary_files():
+    """The first-stage record of each engine build's canary (the input of checkpoint canaries)."""
+    return [path.as_posix() for path in canary_records(STUDY, Path("results"))]
+
+
+def after_canaries(files):
+    """An input function giving FILES (a list, or an input function) once checkpoint canaries has run, so that
+    no other point starts before its build's canary (workflow/rules/canary.smk); a dry run lists them at once:
+    the gate orders the jobs, it does not change which run."""
+
+    def inputs(wildcards):
+        if not dry_run():
+            checkpoints.canaries.get()
+        return files(wildcards) if callable(files) else files
+
+    return inputs
+
+
 def point_done_files():
-    """The terminal marker of every point in this configuration (completed, or failed because of its settings);
-    in an adaptive study an input function giving the confirmed points' markers (known after the selection
-    checkpoint, workflow/rules/adaptive.smk)."""
+    """The terminal marker of every point in this configuration (completed, or failed because of its settings),
+    once the canaries have run; in an adaptive study the confirmed points' markers (known after the selection
+    checkpoints, workflow/rules/adaptive.smk, which wait for the canaries)."""
     if ADAPTIVE:
         return confirmed_done_files
-    return expand("results/points/{point}/done.json", point=list(POINTS))
+    return after_canaries(expand("results/points/{point}/done.json", point=list(POINTS)))
 
 
 # The operational settings of every point job (timeouts, the coding sandbox's isolation; config/operational.py)
@@ -308,3 +335,10 @@ def stored_markers():
     if not STORE:
         return []
     return [f"{unit}/stored.json" for unit in [*store_units(POINTS, LAUNCHES), "reports"]]
+
+
+def study_outcome():
+    """The study's outcome in one line, for the workflow's last line: points measured, failed, not started."""
+    status = study_status(STUDY, Path("results"), {})
+    line = outcome_line(status, Path("reports/optimization_summary.md"))
+    return ("NOTHING WAS MEASURED: " if status["points"] and not status["counts"]["done"] else "") + line

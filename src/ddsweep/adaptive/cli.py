@@ -15,6 +15,7 @@ from ddsweep.adaptive.race import race_round
 from ddsweep.adaptive.selection import select_round
 from ddsweep.adaptive.stages import confirm_launches, format_stage_plan, screen_ids, strategy_choice
 from ddsweep.bench.feasibility import matrix_check, matrix_report
+from ddsweep.config.families import canaries_line
 from ddsweep.config.plan import format_plan, plan_document
 from ddsweep.config.study import ConfigError, add_config_arguments, config_from_args
 from ddsweep.report.funnel_section import render_funnel
@@ -78,6 +79,7 @@ def _run_plan(args: argparse.Namespace) -> int:
         write_json_atomic(args.write, {**plan_document(config, on_slurm), "strategy": strategy_choice(config),
                                        "infeasible_cells": cells, "infeasible_cells_checked_with": source})
     print(format_plan(config, format_stage_plan(config), on_slurm))
+    print(canaries_line(config))
     print(matrix_report(cells, source))
     return 0
 

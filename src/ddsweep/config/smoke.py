@@ -49,7 +49,7 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
-        _, overlay = prepare(args.config, Path(args.smoke), directory)
+        study, overlay = prepare(args.config, Path(args.smoke), directory)
     except ConfigError as exc:
         print(f"ddsweep smoke: {exc}", file=sys.stderr)
         return 2
@@ -57,13 +57,26 @@ def _run(args: argparse.Namespace) -> int:
     command = snakemake_command(snakefile, directory, overlay, extra)
     print("ddsweep smoke: " + " ".join(command), file=sys.stderr, flush=True)
     code = subprocess.run(command, check=False).returncode
-    if code == 0 and "-n" not in extra and "--dry-run" not in extra:
-        print(f"ddsweep smoke: the set-up works; summary in {directory / 'reports' / 'optimization_summary.md'}",
+    logs = directory / "results" / "logs" / "points"
+    if code != 0:
+        print(f"ddsweep smoke: FAILED (exit {code}); the point's log: {logs}", file=sys.stderr)
+        return code
+    if "-n" in extra or "--dry-run" in extra:
+        return 0
+    # the workflow ends with its summary even when its point failed: the smoke study passes only if it measured
+    if subprocess.run(status_command(directory, study, overlay), check=False).returncode != 0:
+        print(f"ddsweep smoke: FAILED: nothing was measured (the table above says why); the point's log: {logs}",
               file=sys.stderr)
-    elif code != 0:
-        print(f"ddsweep smoke: FAILED (exit {code}); the point's log: {directory / 'results' / 'logs' / 'points'}",
-              file=sys.stderr)
-    return code
+        return 1
+    print(f"ddsweep smoke: the set-up works; summary in {directory / 'reports' / 'optimization_summary.md'}",
+          file=sys.stderr)
+    return 0
+
+
+def status_command(directory: Path, study: Path, overlay: Path) -> list[str]:
+    """`ddsweep status` of the smoke study, failing when no point was measured."""
+    return [sys.executable, "-m", "ddsweep", "status", "--config", str(study), str(overlay), "--results",
+            str(directory / "results"), "--expect-measured", "1"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

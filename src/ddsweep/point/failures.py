@@ -9,7 +9,8 @@ summary is written; the next invocation drops that record at its start and runs 
 (`drop_persisted_records`). The evidence, in order: the
 server-log patterns of the point's `failure_patterns` (engine defaults and the preset's own); a Python
 traceback in the log of a server that died (or one SGLang reports as fatal, "Scheduler hit an exception")
-whose exception is not the machine's; a kind that happened again on retry; else infrastructure."""
+whose exception is not the machine's; an exception saying the server could not load its software (a module, a
+compiled library), the environment's on every attempt; a kind that happened again on retry; else infrastructure."""
 
 from __future__ import annotations
 
@@ -48,6 +49,10 @@ MACHINE_EXCEPTION = re.compile(
     r"OSError|IOError|PermissionError|FileNotFoundError|Connection\w*Error|BrokenPipeError|TimeoutError|"
     r"ImportError|ModuleNotFoundError|No space left|Stale file handle|Input/output error|address already in use|"
     r"KeyboardInterrupt|CancelledError|SystemExit")
+# Exceptions that say the server could not load its own software (a module, a compiled library): the environment's
+# on every attempt, so never taken for a configuration result because it happened again on retry.
+SOFTWARE_NOT_LOADED = re.compile(r"^(?:\w+\.)*(?:ImportError|ModuleNotFoundError)\b|"
+                                 r"^(?:\w+\.)*OSError\b.*(?:\.so\b|shared object|[Ll]ibrary)")
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,12 @@ def engine_failure(kind: str, log_text: str) -> EngineException | None:
     return candidates[-1]
 
 
+def software_not_loaded(kind: str, log_text: str) -> EngineException | None:
+    """The exception a server died of when it says that the server could not load its software."""
+    candidates = [e for e in engine_exceptions(log_text) if e.fatal or kind in SERVER_DIED]
+    return candidates[-1] if candidates and SOFTWARE_NOT_LOADED.search(candidates[-1].line) else None
+
+
 def previous_failure(out_dir: Path) -> dict | None:
     """failure.json of the latest earlier attempt in OUT_DIR/attempts/, if that attempt failed."""
     attempts = sorted((Path(out_dir) / "attempts").glob("*/"), key=lambda p: p.name)
@@ -141,11 +152,24 @@ def classify(kind: str, log_text: str, patterns: Mapping[str, list[str]], digest
     raised = engine_failure(kind, log_text)
     if raised:
         return Classification(CONFIGURATION, f"the engine's own code raised an exception: {raised.describe()}")
+    missing = software_not_loaded(kind, log_text)
+    if missing:
+        return Classification(INFRASTRUCTURE, f"the server could not load its software: {missing.describe()}; the "
+                              "environment's, whatever the configuration")
     if previous and previous.get("error_kind") == kind and previous.get("record_sha256") == digest:
         return Classification(CONFIGURATION, f"{kind} happened again on retry (attempt "
                               f"{int(previous.get('attempt') or 1) + 1}): deterministic")
     return Classification(INFRASTRUCTURE, f"{kind} on its first occurrence: retried to tell a deterministic failure "
                           "from the machine's")
+
+
+def read_record(path: Path) -> dict:
+    """A job's record (done.json, failure.json) as a dict; {} when it is missing, unreadable or not an object."""
+    try:
+        done = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return done if isinstance(done, dict) else {}
 
 
 def is_persisted(done: Mapping) -> bool:
@@ -174,21 +198,24 @@ def _consumers(results_dir: Path, stage: str, point_id: str) -> list[Path]:
     return []
 
 
-def drop_persisted_records(results_dir: Path, point_ids: Collection[str], stages: Collection[str]) -> list[str]:
+def drop_persisted_records(results_dir: Path, point_ids: Collection[str], stages: Collection[str],
+                           canaries: Collection[Path] = ()) -> list[str]:
     """Remove the done.json files under RESULTS_DIR/<stage>/ that record a persisted infrastructure failure of one
     of `point_ids` (with the records built from it: a launch's merged point record, a screening's selections), so
-    that this invocation runs those jobs again; returns the removed records."""
+    that this invocation runs those jobs again; returns the removed records. When one of them is a canary's
+    record (`canaries`: ddsweep.config.families.canary_records), the canaries' verdict goes too, with the summary
+    that pulls it in again (workflow/rules/canary.smk): the build's other points wait for the canary again."""
     results_dir = Path(results_dir)
+    if any(is_persisted(read_record(Path(c))) for c in canaries):
+        (results_dir / "canary.json").unlink(missing_ok=True)
+        (results_dir.parent / "reports" / "summary.json").unlink(missing_ok=True)
     dropped = []
     for stage in stages:
         for path in sorted((results_dir / stage).rglob("done.json")):
             if "attempts" in path.relative_to(results_dir).parts:
                 continue
-            try:
-                done = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if isinstance(done, dict) and is_persisted(done) and done.get("point_id") in point_ids:
+            done = read_record(path)
+            if is_persisted(done) and done.get("point_id") in point_ids:
                 path.unlink(missing_ok=True)
                 dropped.append(path.as_posix())
                 for consumer in _consumers(results_dir, stage, str(done["point_id"])):

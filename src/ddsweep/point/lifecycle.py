@@ -29,8 +29,9 @@ SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 # Added to the recorded server_info.json: which of SERVER_INFO_PATHS answered.
 INFO_ENDPOINT_KEY = "ddsweep_endpoint"
 OWNER_ENV = "DDSWEEP_SERVER_OWNER"
-# The last line of a Python traceback: `ValueError: ...`, `torch.OutOfMemoryError: ...`.
-ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception): .+$", re.MULTILINE)
+# The last line of a Python traceback (`ValueError: ...`, `torch.OutOfMemoryError: ...`) or an argument parser's
+# refusal (`launch_server.py: error: unrecognized arguments: ...`).
+ERROR_LINE = re.compile(r"^(?:(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)|\S+: error): .+$", re.MULTILINE)
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PORT_IN_USE = re.compile(r"address already in use|errno 98|port .* (is )?(already )?in use", re.IGNORECASE)
 
@@ -121,7 +122,8 @@ def render_server(record: Mapping[str, Any], port: int) -> ServerSpec:
 
 
 def last_error_line(text: str) -> str | None:
-    """The last `SomeError: message` line of a log (the exception a Python server died of), or None."""
+    """The last `SomeError: message` or `prog: error: message` line of a log (what a Python server died of), or
+    None."""
     found = ERROR_LINE.findall(text)
     return found[-1].strip() if found else None
 

@@ -208,7 +208,7 @@ def _watch_workflow(named: list[str], progress: Callable[[str], None]) -> Workfl
     return watch
 
 
-def _write_point_file(record: dict, spec: ServerSpec, out_dir: Path, run: PointRun) -> None:
+def write_point_file(record: dict, spec: ServerSpec, out_dir: Path, run: PointRun) -> None:
     """point.json: the point's knobs and the server command it runs (or would have run)."""
     write_json_atomic(out_dir / "point.json", {
         "point_id": record["point_id"], "preset": record["point"]["preset"], "kind": record["point"]["kind"],
@@ -234,7 +234,7 @@ def preflight_errors(path: Path | None) -> list[str]:
 
 def _stop_after_preflight(record: dict, out_dir: Path, run: PointRun, errors: list[str]) -> None:
     """Record a point whose preset the preflight refused: its command and why; no server is started."""
-    _write_point_file(record, render_server(record, PROBE_PORT), out_dir, run)
+    write_point_file(record, render_server(record, PROBE_PORT), out_dir, run)
     run.steps["preflight"] = "failed"
     raise PointFailed("preflight", "stopped by the preflight before any server start: " + "; ".join(errors))
 
@@ -251,7 +251,7 @@ def _start_server(record: dict, out_dir: Path, run: PointRun, progress: Callable
                 check_gpus_free(out_dir, progress)
         if is_multinode(record):
             spec = group_spec(record, spec.port, out_dir)
-        _write_point_file(record, spec, out_dir, run)
+        write_point_file(record, spec, out_dir, run)
         server = ManagedServer(spec, out_dir / "server.log", engine["shutdown_timeout_s"])
         progress(f"starting server on {spec.url}: {' '.join(spec.command)}")
         try:
@@ -492,7 +492,7 @@ def _record_not_started(record: dict, out_dir: Path, done: Path, refusal: str) -
     the next invocation drops and runs again."""
     _archive_previous_attempt(out_dir)
     run = PointRun(point_id=record["point_id"], simulated=bool(record.get("simulated")))
-    _write_point_file(record, render_server(record, PROBE_PORT), out_dir, run)
+    write_point_file(record, render_server(record, PROBE_PORT), out_dir, run)
     write_json_atomic(out_dir / "failure.json", run.record(
         "failed", error_kind=BUDGET_KIND, error=refusal, failure_class=INFRASTRUCTURE, persisted=True, attempts=0,
         classified_by="the invocation's time budget: no server was started"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ddsweep.analysis.causes import failure_of, overview
 from ddsweep.analysis.decisions import Decisions, PriorityPick
 from ddsweep.analysis.regimes import ResolvedRegime
 from ddsweep.analysis.results import ar_point_id
@@ -136,14 +137,28 @@ def _caveats(d: Decisions, picks: list[dict[str, Any]]) -> list[dict[str, str]]:
     return out
 
 
+def failures_block(d: Decisions) -> dict[str, Any]:
+    """The points that did not complete, grouped by cause (ddsweep.analysis.causes.overview)."""
+    points = d.results.points
+    return overview(len(points), sum(p.status == "ok" for p in points),
+                    [failure_of(p) for p in points if p.status != "ok"])
+
+
 def decision_block(d: Decisions, load: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The `decision` object of summary.json: one entry per priority, the caveats that would change it, and
-    the load schedule when the best point changes with concurrency."""
+    """The `decision` object of summary.json: one entry per priority, the caveats that would change it, the
+    load schedule when the best point changes with concurrency, and the failures grouped by cause."""
     picks = [recommend(d, p) for p in d.priorities]
     caveats = _caveats(d, picks)
     return {"priorities": picks, "caveats": caveats[:MAX_CAVEATS], "more_caveats": max(0, len(caveats) - MAX_CAVEATS),
             "schedule": load.get("schedule") if load and load.get("changes") else None,
-            "schedule_context": load.get("context") if load else None}
+            "schedule_context": load.get("context") if load else None, "failures": failures_block(d)}
+
+
+def render_failures(failures: dict[str, Any]) -> list[str]:
+    """What went wrong, before the decision, when the study measured nothing or lost more than half its points."""
+    title = "Nothing was measured" if failures["measured"] == 0 else "More than half of the points were lost"
+    return [f"## {title}", "", failures["headline"], "", *(f"- {g['text']}" for g in failures["groups"]), "",
+            *(f"Next: {advice}" for advice in failures["next"]), ""]
 
 
 def ratio_dict_text(est: dict[str, Any] | None) -> str:
@@ -157,8 +172,11 @@ def ratio_dict_text(est: dict[str, Any] | None) -> str:
 
 
 def render_decision(block: dict[str, Any]) -> list[str]:
-    """The first section of the Markdown summary, from the `decision` object."""
-    out = ["## Decision", "",
+    """The first section of the Markdown summary, from the `decision` object; what went wrong before it when the
+    study measured nothing or lost more than half its points."""
+    failures = block.get("failures") or {}
+    out = render_failures(failures) if failures.get("alarm") else []
+    out += ["## Decision", "",
            "What to deploy per declared priority; ratios are the recommended point's figure over the other's at each "
            "regime's cell (> 1: better), with intervals. Reference sections follow.", "",
            "| priority | deploy | decision | over `ar` | over the best DFlash chain | gives up |",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ddsweep.analysis.causes import failure_of, group_failures, group_text
 from ddsweep.analysis.decisions import Decisions, ratio_text
 from ddsweep.analysis.results import failed_cells_text, failure_patterns
 from ddsweep.analysis.text import first_line
@@ -13,10 +14,18 @@ from ddsweep.analysis.text import first_line
 def failed_points_caveat(d: Decisions) -> dict[str, Any]:
     """Each point that did not complete, with its kind and one-line reason, and the knob patterns they form."""
     points = d.results.points
-    bad = [p for p in points if p.status != "ok"]
-    items = [f"`{p.point_id}` **{p.status}**{f' ({p.error_kind})' if p.error_kind else ''}: {first_line(p.error)}"
-             + failure_class_text(p.outcome) + (f" — file problems: {'; '.join(p.issues)}" if p.issues else "")
-             for p in bad]
+    by_id = {p.point_id: p for p in points}
+    items = []
+    # one line per cause: a point alone with its cause as itself, points that failed alike as their group
+    for group in group_failures(failure_of(p) for p in points if p.status != "ok"):
+        if group.size > 1 or group.not_started:
+            items.append(group_text(group) + ("; the next invocation runs them again"
+                                              if group.failure_class == "infrastructure" else ""))
+            continue
+        p = by_id[group.failed[0]]
+        items.append(f"`{p.point_id}` **{p.status}**{f' ({p.error_kind})' if p.error_kind else ''}: "
+                     f"{first_line(p.error)}" + failure_class_text(p.outcome)
+                     + (f" — file problems: {'; '.join(p.issues)}" if p.issues else ""))
     items += [f"`{p.point_id}` **partial**: cell(s) it lacks, not used: {failed_cells_text(p)}; its other cells "
               "count in every regime they serve" for p in points if p.shown_status == "partial"]
     items += [f"`{p.point_id}` completed, but its server ignored SIGTERM when it was stopped ({stop}): a server "

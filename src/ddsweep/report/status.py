@@ -2,9 +2,11 @@
 
 Each point is `waiting` (not submitted yet), `pending` or `running` (Slurm job id, node, elapsed time), `done`
 (headline figure: the first analysis regime's median), `failed` (error kind and one-line reason; a result of the
-study, or the machine's failure on every attempt of this invocation, which the next one reruns) or
-`interrupted` (stopped from outside; the next run resubmits it). Below the table: GPU hours spent against
-`ddsweep plan`'s estimate, and an ETA from the measured point durations."""
+study, or the machine's failure on every attempt of this invocation, which the next one reruns), `not_started`
+(its build's canary failed at start-up on the machine; the next invocation runs it) or `interrupted` (stopped from
+outside; the next run resubmits it). An adaptive study's point that has no confirmed record yet is shown from its
+screening. Below the table: the failures grouped by cause, GPU hours spent against `ddsweep plan`'s estimate, and
+an ETA from the measured point durations. `--expect-measured N` exits 1 when fewer than N points were measured."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddsweep.analysis.causes import NOT_STARTED, Failure, group_failures, group_text
 from ddsweep.analysis.text import first_line
 from ddsweep.config.plan import estimate_minutes, running_points
 from ddsweep.config.study import ConfigError, load_config
@@ -25,6 +28,8 @@ from ddsweep.slurm import parse_slurm_duration
 
 SQUEUE_FORMAT = "%i|%T|%M|%N|%k"
 COMMENT_PREFIX = "rule_run_point_wildcards_"
+# States in which a point has its outcome of this invocation.
+FINISHED = ("done", "failed", NOT_STARTED)
 SQUEUE_STATES = {"PENDING": "pending", "CONFIGURING": "pending", "RUNNING": "running", "COMPLETING": "running",
                  "REQUEUED": "pending", "SUSPENDED": "pending"}
 
@@ -40,7 +45,7 @@ class PointState:
     elapsed_s: float | None = None
     detail: str = ""
     duration_s: float | None = None
-
+    failure: Failure | None = None  # a failed or not-started point's failure, for the grouping by cause
 
 
 def squeue_jobs() -> dict[str, dict[str, Any]]:
@@ -100,6 +105,8 @@ def point_state(directory: Path, job: dict[str, Any] | None, regime: dict[str, A
             job["elapsed_s"]
     elif done and done.get("status") == "ok":
         state.state, state.detail = "done", _headline(directory, regime)
+    elif done and done.get("error_kind") == NOT_STARTED:
+        state.state, state.detail = NOT_STARTED, str(done.get("reason"))
     elif done:
         state.state, state.detail = "failed", f"{done.get('error_kind')}: {done.get('reason')}"
         if done.get("persisted"):
@@ -115,7 +122,18 @@ def point_state(directory: Path, job: dict[str, Any] | None, regime: dict[str, A
     if not job and outcome:
         state.job_id = outcome.get("slurm_job_id")
         state.node = outcome.get("slurm_nodelist") or outcome.get("host")
+    if state.state in ("failed", NOT_STARTED) and outcome:
+        canary = outcome.get("canary")
+        state.failure = Failure(state.point_id, outcome.get("error_kind"), outcome.get("error"),
+                                outcome.get("failure_class"), canary if isinstance(canary, dict) else None)
     return state
+
+
+def point_directory(results_dir: Path, point_id: str, adaptive: bool) -> Path:
+    """A point's directory: its record under points/, or in an adaptive study before it has one, its screening."""
+    merged = results_dir / "points" / point_id
+    screened = results_dir / "screen" / point_id
+    return screened if adaptive and not merged.exists() and screened.exists() else merged
 
 
 def spent_seconds(directory: Path) -> float:
@@ -132,13 +150,15 @@ def study_status(config: dict[str, Any], results_dir: Path, jobs: dict[str, dict
     """Every point's state, GPU hours spent and planned, and the ETA."""
     ids = [p.point_id for p in running_points(config)]
     regimes = config.get("analysis", {}).get("regimes") or [None]
-    rows = [point_state(results_dir / "points" / pid, jobs.get(pid), regimes[0]) for pid in ids]
+    adaptive = config.get("sweep", {}).get("strategy") == "adaptive"
+    directories = {pid: point_directory(results_dir, pid, adaptive) for pid in ids}
+    rows = [point_state(directories[pid], jobs.get(pid), regimes[0]) for pid in ids]
     resources = config.get("resources", {})
     gpus_per_point = resources.get("gpus", 8) * resources.get("nodes", 1)
-    seconds = sum(spent_seconds(results_dir / "points" / r.point_id) for r in rows)
+    seconds = sum(spent_seconds(directories[r.point_id]) for r in rows)
     seconds += sum(r.elapsed_s or 0 for r in rows if r.state == "running")
     durations = [r.duration_s for r in rows if r.state in ("done", "failed") and r.duration_s is not None]
-    remaining = [r for r in rows if r.state not in ("done", "failed")]
+    remaining = [r for r in rows if r.state not in FINISHED]
     running = sum(r.state == "running" for r in rows)
     eta_s = None
     if durations and remaining:
@@ -148,7 +168,7 @@ def study_status(config: dict[str, Any], results_dir: Path, jobs: dict[str, dict
     elif not remaining:
         eta_s = 0.0
     counts = {s: sum(r.state == s for r in rows) for s in
-              ("waiting", "pending", "running", "done", "failed", "interrupted")}
+              ("waiting", "pending", "running", "done", "failed", NOT_STARTED, "interrupted")}
     return {"points": rows, "counts": counts, "gpu_hours_spent": seconds * gpus_per_point / 3600,
             "gpu_hours_planned": estimate_minutes(config, len(ids))["gpu_hours"], "eta_s": eta_s,
             "simulated": bool(config.get("simulated"))}
@@ -172,6 +192,9 @@ def format_status(status: dict[str, Any]) -> str:
     counts = ", ".join(f"{n} {s}" for s, n in status["counts"].items() if n)
     label = " [SIMULATED: stand-in server]" if status["simulated"] else ""
     eta = "unknown (no point has finished yet)" if status["eta_s"] is None else _clock(status["eta_s"])
+    groups = group_failures(r.failure for r in status["points"] if r.failure)
+    if groups:
+        lines += ["", "Failures by cause:", *(f"- {group_text(g)}" for g in groups)]
     lines += ["", f"{len(status['points'])} points: {counts}{label}",
               f"GPU hours spent {status['gpu_hours_spent']:.2f} of {status['gpu_hours_planned']:.2f} planned "
               "(ddsweep plan)", f"ETA {eta} (mean measured point duration x points left / points running)"]
@@ -191,13 +214,34 @@ def _run(args: argparse.Namespace) -> int:
         if args.watch and sys.stdout.isatty():
             text = "\033[H\033[2J" + text
         print(text, flush=True)
-        finished = status["counts"]["done"] + status["counts"]["failed"] == len(status["points"])
+        finished = sum(status["counts"][state] for state in FINISHED) == len(status["points"])
         if not args.watch or finished:
-            return 0
+            break
         try:
             time.sleep(args.watch)
         except KeyboardInterrupt:
-            return 0
+            break
+    measured = status["counts"]["done"]
+    if measured < args.expect_measured:
+        print(f"ddsweep status: {measured} point(s) measured, fewer than the {args.expect_measured} expected "
+              "(--expect-measured)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def outcome_line(status: dict[str, Any], summary: Path) -> str:
+    """The study's outcome in one line, e.g. `5 of 7 points measured; 2 failed, 1 of them not started (run again by
+    the next invocation) — see reports/optimization_summary.md`."""
+    counts, total = status["counts"], len(status["points"])
+    lost = counts["failed"] + counts[NOT_STARTED]
+    line = f"{counts['done']} of {total} points measured"
+    if lost:
+        line += f"; {lost} failed" + (f", {counts[NOT_STARTED]} of them not started (their build's canary failed at "
+                                      "start-up; run again by the next invocation)" if counts[NOT_STARTED] else "")
+    others = total - counts["done"] - lost
+    if others:
+        line += f"; {others} without an outcome"
+    return line + (f" — see {summary}" if summary.exists() else "")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -208,4 +252,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--results", default="results", help="the results directory (default results)")
     parser.add_argument("--watch", type=float, nargs="?", const=30.0, default=None, metavar="SECONDS",
                         help="refresh every SECONDS (default 30) until every point has finished")
+    parser.add_argument("--expect-measured", type=int, default=0, metavar="N",
+                        help="exit 1 when fewer than N points were measured (default 0: never)")
     parser.set_defaults(func=_run)

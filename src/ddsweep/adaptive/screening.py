@@ -3,8 +3,8 @@
 A screening run measures each point once, briefly. Its uncertainty has two parts: the standard error of the
 per-request figures within that one launch, and the variation between server launches, which one launch cannot
 show and which `sweep.screen.launch_cv` states (a relative standard deviation). A figure whose cell did not settle
-carries a third, its instability: the spread of its cell's sub-windows (over several launches, also the spread of
-the launches' figures), which widens its band as a bound, not as noise. The selection (adaptive/selection.py)
+carries a third, its instability: half the spread of its cell's sub-windows (over several launches, also half the
+range of the launches' figures), which widens its band as a bound, not as noise. The selection (adaptive/selection.py)
 compares these figures. See docs/adaptive.md.
 """
 
@@ -95,12 +95,13 @@ def estimate(records: list[dict], metric: str, context: int, concurrency: int, l
 
 def settling(records: list[dict], parts: int, tolerance: float) -> tuple[bool, float]:
     """Whether a cell settled (its sub-windows agreeing within `tolerance`, as the benchmark records it) and, when
-    not, its instability: log(1 + the sub-windows' spread), at least log(1 + tolerance) (a cell without a window
-    to cut has no spread to show)."""
+    not, its instability: log(1 + half the sub-windows' spread), the spread taken as at least `tolerance` (a cell
+    without a window to cut has none to show). The figure is the window's mean; where the window drifts, the speed
+    it would settle at lies towards one end of the sub-windows, about half their spread from the mean."""
     check = figures.stability(records, parts, tolerance)
     if check["stable"]:
         return True, 0.0
-    return False, math.log1p(max(check["spread"] or 0.0, tolerance))
+    return False, math.log1p(max(check["spread"] or 0.0, tolerance) / 2)
 
 
 @functools.cache

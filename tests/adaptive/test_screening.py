@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import demo_config
 
-from ddsweep.adaptive.funnel import funnel, screen_failure
+from ddsweep.adaptive.funnel import cost_against_grid, funnel, screen_failure
 from ddsweep.adaptive.race import race_round, settle_round
 from ddsweep.adaptive.screening import ScreenedFigure, estimate, regime_scores
 from ddsweep.adaptive.selection import select, select_round
+from ddsweep.adaptive.stages import job_minutes, stage_estimates
 from ddsweep.report.funnel_section import funnel_block, funnel_markdown, render_funnel
 
 ADAPTIVE = {"sweep": {"strategy": "adaptive", "screen": {"launch_cv": 0.02}}}
@@ -318,7 +319,17 @@ def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path
     assert funnel(raced, screen, confirm, gpus=8, launches=3)["stages"]["confirm"]["job_min"] == (
         6.0 * len(final.survivors) + 10.0)
     assert doc["gpu_hours"]["screen"] == 4.0 * 8 / 60
+    assert doc["dropped_by_rule"] == {"band": 2, "widened band": 0, "race cap": 0}
+    # the jobs that ran in the plan's cost model: 5 screenings, 3 launches of each confirmed point and its coding eval
+    doc["cost"] = cost = cost_against_grid(config, doc, 3, tmp_path)
+    jobs, n = job_minutes(config, 0.0), len(final.survivors)
+    assert cost["cells"] == 0 and cost["unsettled_share"] == 0.0  # these hand-made jobs recorded no cells.json
+    assert cost["jobs_estimate_min"] == pytest.approx(5 * jobs["screen"] + 3 * n * jobs["launch"] + n * jobs["coding"])
+    grid = stage_estimates(config)["grid"]["expected_min"]
+    assert cost["ratio_to_grid"] == pytest.approx(cost["jobs_estimate_min"] / grid)
     text = render_funnel(doc, simulated=True)
+    assert "Dropped by rule: 2 by the band (clearly worse, figures that settled), 0 by the widened band" in text
+    assert f"{cost['ratio_to_grid']:.0%} of the full grid's {cost['grid_estimate_min']:.1f} min" in text
     assert "SIMULATED" in text and "`bs8-b4-t1-w2048`: \u2212" in text
     failed_line = "`ar` failed in screening (startup_exit: the server exited with code 1 during startup)"
     assert f"- {failed_line}" in text

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from ddsweep.adaptive.funnel import funnel
+from ddsweep.adaptive.funnel import cost_against_grid, funnel
 from ddsweep.adaptive.race import race_round
 from ddsweep.adaptive.selection import select_round
 from ddsweep.adaptive.stages import chosen_strategy, confirm_launches, format_stage_plan, screen_ids
@@ -58,6 +58,7 @@ def _run_funnel(args: argparse.Namespace) -> int:
         return 2
     doc = funnel(selection, Path(args.screen), Path(args.confirm), config.get("resources", {}).get("gpus", 8),
                  confirm_launches(config))
+    doc["cost"] = cost_against_grid(config, doc, confirm_launches(config), Path(args.screen).parent)
     doc["simulated"] = bool(config.get("simulated"))
     write_json_atomic(args.out, doc)
     write_text_atomic(args.markdown, render_funnel(doc, doc["simulated"]))

@@ -202,15 +202,10 @@ def windowed_regime_cells(config: dict) -> int:
                 if METRICS.get(r["metric"]) is None or METRICS[r["metric"]].windowed})
 
 
-def stage_estimates(config: dict, unsettled: float = 0.0) -> dict[str, dict[str, float]]:
-    """Worst-case and expected job minutes of each adaptive stage, and of the full grid (the points that run),
-    for `ddsweep plan`, where a share `unsettled` of the cells does not settle. Such a cell runs to its cap (in
-    both strategies), and the expected case counts every screened point with an unsettled regime cell as a
-    survivor: the selection drops it only when even its widened band lies below the best, which the plan does not
-    count on."""
-    points = running_points(config)
-    n = len(points)
-    screen_cfg = screen_settings(config)
+def job_minutes(config: dict, unsettled: float = 0.0) -> dict[str, float]:
+    """Minutes of each kind of adaptive job in the plan's cost model (`resources.estimate`), where a share
+    `unsettled` of the cells runs to its cap: a screening job, a confirmation launch, the coding eval (in the last
+    configured launch) and a settling launch."""
     est = config["resources"]["estimate"]
     sbench = screen_benchmark(config)
     bench = config["benchmark"]
@@ -223,13 +218,27 @@ def stage_estimates(config: dict, unsettled: float = 0.0) -> dict[str, dict[str,
                                       sbench.get("min_window_s", 0) / 60), sbench, unsettled)
             for _, c in benchmark_cells(sbench))
 
-    screen_point = regime_job(sbench["requests_per_cell"])
     one_launch = copy.deepcopy(config)
     one_launch["benchmark"]["repeats"] = 1
     one_launch["sweep"]["launches"] = 1  # one confirmation launch: one start-up
     one_launch["coding_eval"] = {**config["coding_eval"], "enabled": False}
-    coding = est["coding_min"] if config["coding_eval"]["enabled"] else 0.0
-    launch_min = estimate_minutes(one_launch, 1, unsettled)["per_point_min"]
+    return {"screen": regime_job(sbench["requests_per_cell"]),
+            "launch": estimate_minutes(one_launch, 1, unsettled)["per_point_min"],
+            "coding": est["coding_min"] if config["coding_eval"]["enabled"] else 0.0,
+            "settle": regime_job(bench["requests_per_cell"])}
+
+
+def stage_estimates(config: dict, unsettled: float = 0.0) -> dict[str, dict[str, float]]:
+    """Worst-case and expected job minutes of each adaptive stage, and of the full grid (the points that run),
+    for `ddsweep plan`, where a share `unsettled` of the cells does not settle. Such a cell runs to its cap (in
+    both strategies), and the expected case counts every screened point with an unsettled regime cell as a
+    survivor: the selection drops it only when even its widened band lies below the best, which the plan does not
+    count on."""
+    points = running_points(config)
+    n = len(points)
+    screen_cfg = screen_settings(config)
+    jobs = job_minutes(config, unsettled)
+    screen_point, launch_min, coding = jobs["screen"], jobs["launch"], jobs["coding"]
     n_refine = _max_refinements(config, points)
     fraction = screen_cfg["expected_survivors"]
     # a screened point with an unsettled regime cell is counted as a survivor
@@ -250,7 +259,7 @@ def stage_estimates(config: dict, unsettled: float = 0.0) -> dict[str, dict[str,
     keep = screen_cfg.get("race_keep")
     settling = min(n + n_refine, keep * len(config.get("analysis", {}).get("priorities", {})) if keep
                    else n + n_refine) if settle_launches(config) else 0
-    settle_min = settle_launches(config) * settling * regime_job(bench["requests_per_cell"])
+    settle_min = settle_launches(config) * settling * jobs["settle"]
     grid = estimate_minutes(config, n, unsettled)["total_min"]
     return {
         "grid": {"points": n, "worst_min": grid, "expected_min": grid},

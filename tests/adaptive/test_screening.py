@@ -16,7 +16,7 @@ from conftest import demo_config
 from ddsweep.adaptive.funnel import cost_against_grid, funnel, screen_failure
 from ddsweep.adaptive.race import race_round, settle_round
 from ddsweep.adaptive.screening import ScreenedFigure, estimate, regime_scores
-from ddsweep.adaptive.selection import select, select_round
+from ddsweep.adaptive.selection import Selection, select, select_round, settled_leaders
 from ddsweep.adaptive.stages import job_minutes, stage_estimates
 from ddsweep.report.funnel_section import funnel_block, funnel_markdown, render_funnel
 
@@ -279,6 +279,15 @@ def test_refinement_is_around_the_best_points_or_every_survivor(tmp_path):
     # spine chain whatever topk, so bs8-b6-t1 and bs8-b6-t4 are one server configuration and only one is refined
     around_all = select_round(demo_config(sweep={**refine, "refine_around": "survivors"}), screen, list(speeds), None)
     assert len(around_all.refine) == 1 and around_all.refine[0] in {"bs8-b6-t1-w2048", "bs8-b6-t4-w2048"}
+
+
+def test_refinement_is_only_around_a_lead_that_settled():
+    selection = Selection(screened=["a", "b"], survivors=["a", "b"], dropped={}, best={
+        "regime:latency": "a", "regime:throughput": "b", "priority:latency_first": "a"},
+        unstable={"a": ["regime latency", "priority latency_first"], "b": ["regime latency"]})
+    assert settled_leaders(selection) == ["b"]  # b's lead at throughput settled; a leads only on unsettled figures
+    selection.unstable = {"a": ["regime latency"]}
+    assert settled_leaders(selection) == ["a", "b"]  # a's lead at the priority settled
 
 
 def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path):

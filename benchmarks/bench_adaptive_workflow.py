@@ -205,8 +205,9 @@ def truth(workdir: Path, extra: list[str], adaptive: Path) -> tuple[dict[str, fl
 def report(study: str, rows: dict) -> None:
     """Print each strategy's figures against the grid's."""
     grid = rows["grid"]
+    adaptive = next(row for name, row in rows.items() if name.startswith("adaptive"))
     true, best = truth(grid["workdir"], [pick for row in rows.values() for pick, _ in row["picks"].values()],
-                       rows["adaptive"]["workdir"])
+                       adaptive["workdir"])
     leader = max(p for p in true if true[p] == best)
     print(f"\n## {study} (the grid: {' '.join(str(f) for f in STUDIES[study]['grid'])})")
     print("true latency figures (tok/s): " + ", ".join(f"{pid} {v:.0f}" for pid, v in

@@ -15,8 +15,8 @@ from conftest import demo_config
 
 from ddsweep.adaptive.funnel import cost_against_grid, funnel, screen_failure
 from ddsweep.adaptive.race import race_round, settle_round
-from ddsweep.adaptive.screening import ScreenedFigure, estimate, regime_scores
-from ddsweep.adaptive.selection import Selection, select, select_round, settled_leaders
+from ddsweep.adaptive.screening import ScreenedFigure, combine, estimate, regime_scores
+from ddsweep.adaptive.selection import select, select_round, settled_leaders
 from ddsweep.adaptive.stages import job_minutes, stage_estimates
 from ddsweep.report.funnel_section import funnel_block, funnel_markdown, render_funnel
 
@@ -282,12 +282,10 @@ def test_refinement_is_around_the_best_points_or_every_survivor(tmp_path):
 
 
 def test_refinement_is_only_around_a_lead_that_settled():
-    selection = Selection(screened=["a", "b"], survivors=["a", "b"], dropped={}, best={
-        "regime:latency": "a", "regime:throughput": "b", "priority:latency_first": "a"},
-        unstable={"a": ["regime latency", "priority latency_first"], "b": ["regime latency"]})
-    assert settled_leaders(selection) == ["b"]  # b's lead at throughput settled; a leads only on unsettled figures
-    selection.unstable = {"a": ["regime latency"]}
-    assert settled_leaders(selection) == ["a", "b"]  # a's lead at the priority settled
+    best = {"regime:latency": "a", "regime:throughput": "b", "priority:latency_first": "a"}
+    unstable = {"a": ["regime latency", "priority latency_first"], "b": ["regime latency"]}
+    assert settled_leaders(best, unstable) == ["b"]  # b's lead at throughput settled; a leads on unsettled figures
+    assert settled_leaders(best, {"a": ["regime latency"]}) == ["a", "b"]  # a's lead at the priority settled
 
 
 def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path):
@@ -386,6 +384,16 @@ def test_a_throughput_cells_error_ignores_the_spread_of_lengths_that_end_of_sequ
     distinct = [{**r, "completion_tokens": 100 + i, "e2e_s": r["e2e_s"] / 512 * (100 + i)}
                 for i, r in enumerate(wave())]
     assert estimate(distinct, "output_throughput_tok_s", 128, 32, 0.0).within > 0
+
+
+def test_an_unsettled_figure_over_several_launches_is_widened_by_their_spread():
+    settled, drifted = ScreenedFigure(100.0, 0.02, 0.03, 7, True), ScreenedFigure(130.0, 0.02, 0.03, 7, False, 0.06)
+    both = combine([settled, drifted])
+    assert both.stable is False and both.value == pytest.approx(math.sqrt(100 * 130))
+    assert both.instability == pytest.approx(math.log(1.3) / 2)  # half the launches' range: more than 0.03
+    close = combine([settled, ScreenedFigure(101.0, 0.02, 0.03, 7, False, 0.06)])
+    assert close.instability == pytest.approx(0.03)  # the launches' mean instability
+    assert combine([settled, settled]).instability == 0.0  # launches that settled are not widened by their spread
 
 
 def test_the_within_launch_error_of_few_requests_counts_at_students_t():

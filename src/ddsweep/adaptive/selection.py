@@ -202,7 +202,7 @@ def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous:
              "kept": len(selection.survivors)}
     if previous is None:
         around = (selection.survivors if config["sweep"].get("refine_around") == "survivors"
-                  else settled_leaders(selection))
+                  else settled_leaders(selection.best, selection.unstable))
         selection.refine = [p.point_id for p in refine_candidates(config, around)]
         selection.rounds = [stage]
     else:
@@ -210,12 +210,11 @@ def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous:
     return selection
 
 
-def settled_leaders(selection: Selection) -> list[str]:
-    """The screening's best points of the regimes and priorities where the best figure settled: refinement spends
-    screening jobs around a point the screening found best, and a lead that rests on a cell that did not settle is
-    not found yet (the race measures it again)."""
-    return sorted({pid for place, pid in selection.best.items()
-                   if " ".join(place.split(":", 1)) not in selection.unstable.get(pid, [])})
+def settled_leaders(best: dict[str, str], unstable: dict[str, list[str]]) -> list[str]:
+    """The best points (`best`, per `regime:NAME` and `priority:NAME`) whose figure there settled (`unstable`: where
+    each point's did not): refinement spends screening jobs around a point the screening found best, and a lead
+    that rests on a cell that did not settle is not found yet (the race measures it again)."""
+    return sorted({pid for place, pid in best.items() if " ".join(place.split(":", 1)) not in unstable.get(pid, [])})
 
 
 def carry_over(previous: dict, selection: Selection, stage: dict) -> None:

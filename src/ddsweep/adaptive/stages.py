@@ -260,7 +260,9 @@ def stage_estimates(config: dict, unsettled: float = 0.0) -> dict[str, dict[str,
     settling = min(n + n_refine, keep * len(config.get("analysis", {}).get("priorities", {})) if keep
                    else n + n_refine) if settle_launches(config) else 0
     settle_min = settle_launches(config) * settling * jobs["settle"]
-    grid = estimate_minutes(config, n, unsettled)["total_min"]
+    # the grid as it would run: its own launches per point (sweep.launches), whatever strategy is configured
+    as_grid = {**config, "sweep": {**config["sweep"], "strategy": "grid"}}
+    grid = estimate_minutes(as_grid, n, unsettled)["total_min"]
     return {
         "grid": {"points": n, "worst_min": grid, "expected_min": grid},
         "screen": {"points": n, "worst_min": n * screen_point, "expected_min": n * screen_point},

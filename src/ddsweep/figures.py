@@ -238,6 +238,7 @@ class Metric:
     cell: Callable[[Sequence[Record]], float | None]
     per_request: Callable[[Record], float | None] | None
     quantile: float | None = None  # the percentile a latency metric takes over requests
+    windowed: bool = True  # a time or rate: only as steady as the cell's window (acceptance does not vary with it)
 
     @property
     def screenable(self) -> bool:
@@ -266,7 +267,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            lambda records: output_throughput(records)[0], None),
     Metric("acceptance_length", "mean acceptance length (tokens/verify step)", False, acceptance_length,
            lambda r: r["completion_tokens"] / r["spec_verify_ct"]
-           if not failed(r) and r.get("spec_verify_ct") and r.get("completion_tokens") else None),
+           if not failed(r) and r.get("spec_verify_ct") and r.get("completion_tokens") else None, windowed=False),
     Metric("ttft_p50_s", "median time to first token (s)", True, _latency("ttft_s", 50), _request("ttft_s"), 50),
     Metric("ttft_p99_s", "99th-percentile time to first token (s)", True, _latency("ttft_s", 99), _request("ttft_s"),
            99),

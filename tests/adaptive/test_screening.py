@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import demo_config
 
-from ddsweep.adaptive.funnel import funnel, screen_failure
+from ddsweep.adaptive.funnel import cost_against_grid, funnel, screen_failure
 from ddsweep.adaptive.race import race_round, settle_round
-from ddsweep.adaptive.screening import ScreenedFigure, estimate
-from ddsweep.adaptive.selection import select, select_round
+from ddsweep.adaptive.screening import ScreenedFigure, combine, estimate, regime_scores
+from ddsweep.adaptive.selection import select, select_round, settled_leaders
+from ddsweep.adaptive.stages import job_minutes, stage_estimates
 from ddsweep.report.funnel_section import funnel_block, funnel_markdown, render_funnel
 
 ADAPTIVE = {"sweep": {"strategy": "adaptive", "screen": {"launch_cv": 0.02}}}
@@ -68,23 +69,54 @@ def test_a_point_within_noise_survives():
     assert not selection.dropped
 
 
-def test_a_figure_from_a_cell_that_did_not_settle_decides_nothing_and_its_point_is_measured_again():
+def _relative(config: dict, screened: dict, point: str, leader: str, regime: str = "latency") -> float:
+    """The screened figure of `point` relative to `leader`'s at `regime`, minus one."""
+    scores = regime_scores(config, screened)[regime]
+    return scores[point].value / scores[leader].value - 1
+
+
+def test_an_unsettled_point_40_percent_below_the_leader_is_dropped_with_its_widened_band():
     config = demo_config(**ADAPTIVE)
-    screened = {"bs8-b8-t4-w2048": [requests(100)], "bs8-b4-t1-w2048": [requests(82, seed=1)],
-                # far slower, and far faster, but drifting: their C=1 cells never settle
-                "bs8-b2-t1-w2048": [requests(50, seed=3, drift=0.05)],
-                "bs8-b16-t4-w2048": [requests(180, seed=4, drift=0.05)]}
+    # its C=1 cells slow down request by request (sub-windows about 25% apart): they never settle
+    screened = {"bs8-b8-t4-w2048": [requests(100)], "bs8-b4-t1-w2048": [requests(71, seed=3, drift=0.05)]}
+    assert _relative(config, screened, "bs8-b4-t1-w2048", "bs8-b8-t4-w2048") == pytest.approx(-0.40, abs=0.03)
     selection = select(config, screened)
-    assert "bs8-b4-t1-w2048" in selection.dropped  # a settled comparison still drops
-    assert {"bs8-b2-t1-w2048", "bs8-b16-t4-w2048"} <= set(selection.survivors)  # kept for confirmation
-    assert selection.best["regime:latency"] == "bs8-b8-t4-w2048"  # not the faster figure that did not settle
-    assert "regime latency" in selection.unstable["bs8-b16-t4-w2048"]
-    assert "regime throughput" not in selection.unstable["bs8-b16-t4-w2048"]  # its C=8 cell settled
-    assert "(bs8-b16-t4-w2048)" not in " ".join(selection.dropped.values())
-    assert selection.to_json()["unstable"] == selection.unstable
+    assert selection.survivors == ["bs8-b8-t4-w2048"]
+    assert selection.dropped_by == {"bs8-b4-t1-w2048": "widened band"}
+    assert "regime latency" in selection.unstable["bs8-b4-t1-w2048"]
+    pattern = (r"\u2212\d+% vs best at [a-z_ ]+ \(bs8-b8-t4-w2048\), band \u2212(\d+)%\u2026\u2212(\d+)% "
+               r"\(±1.64 se and ±(\d+)% unsettled\)")
+    match = re.fullmatch(pattern, selection.dropped["bs8-b4-t1-w2048"])
+    assert match and int(match[3]) >= 10, selection.dropped  # the spread widened the band, still below the tolerance
+
+
+def test_an_unsettled_point_within_5_percent_of_the_leader_is_kept_and_never_the_best_compared_with():
+    config = demo_config(**ADAPTIVE)
+    for speed, seed in ((112, 3), (122, 3)):  # about 4% below the leader, and about 4% above it
+        screened = {"bs8-b8-t4-w2048": [requests(100)], "bs8-b4-t1-w2048": [requests(speed, seed=seed, drift=0.05)],
+                    "bs8-b8-t1-w2048": [requests(82, seed=1)]}
+        assert abs(_relative(config, screened, "bs8-b4-t1-w2048", "bs8-b8-t4-w2048")) <= 0.05
+        selection = select(config, screened)
+        assert "bs8-b4-t1-w2048" in selection.survivors and "regime latency" in selection.unstable["bs8-b4-t1-w2048"]
+        assert selection.best["regime:latency"] == "bs8-b8-t4-w2048"  # the settled figure leads, even below it
+        assert selection.dropped_by == {"bs8-b8-t1-w2048": "band"}  # a settled comparison still drops
+        assert "(bs8-b4-t1-w2048)" not in " ".join(selection.dropped.values())
+
+
+def test_where_no_figure_settled_the_highest_widened_lower_bound_leads():
+    config = demo_config(**ADAPTIVE)
+    drifting = {pid: [requests(speed, seed=seed, drift=0.05)]
+                for pid, speed, seed in (("bs8-b8-t4-w2048", 100, 4), ("bs8-b4-t1-w2048", 95, 5),
+                                         ("bs8-b8-t1-w2048", 40, 6))}
+    scores = regime_scores(config, drifting)["latency"]
+    assert all(figure.stable is False for figure in scores.values())
+    selection = select(config, drifting)
+    assert selection.best["regime:latency"] == "bs8-b8-t4-w2048"
+    assert "bs8-b4-t1-w2048" in selection.survivors  # within the widened bands
+    assert selection.dropped_by == {"bs8-b8-t1-w2048": "widened band"}  # far below even the leader's lower bound
     text = render_funnel({"stages": {}, "gpu_hours": {}, "survivors": selection.survivors, "dropped": {},
                           "failed": [], "unstable": selection.unstable}, simulated=True)
-    assert "`bs8-b2-t1-w2048`: its cell did not settle (regime latency; regime long_context" in text
+    assert "`bs8-b4-t1-w2048`: its cell did not settle (regime latency; regime long_context" in text
 
 
 def test_a_leader_whose_cell_did_not_settle_gets_a_settling_launch(tmp_path):
@@ -249,6 +281,13 @@ def test_refinement_is_around_the_best_points_or_every_survivor(tmp_path):
     assert len(around_all.refine) == 1 and around_all.refine[0] in {"bs8-b6-t1-w2048", "bs8-b6-t4-w2048"}
 
 
+def test_refinement_is_only_around_a_lead_that_settled():
+    best = {"regime:latency": "a", "regime:throughput": "b", "priority:latency_first": "a"}
+    unstable = {"a": ["regime latency", "priority latency_first"], "b": ["regime latency"]}
+    assert settled_leaders(best, unstable) == ["b"]  # b's lead at throughput settled; a leads on unsettled figures
+    assert settled_leaders(best, {"a": ["regime latency"]}) == ["a", "b"]  # a's lead at the priority settled
+
+
 def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path):
     config = demo_config(sweep={"strategy": "adaptive", "refine": {"budget": 2}})
     screen = tmp_path / "screen"
@@ -287,7 +326,17 @@ def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path
     assert funnel(raced, screen, confirm, gpus=8, launches=3)["stages"]["confirm"]["job_min"] == (
         6.0 * len(final.survivors) + 10.0)
     assert doc["gpu_hours"]["screen"] == 4.0 * 8 / 60
+    assert doc["dropped_by_rule"] == {"band": 2, "widened band": 0, "race cap": 0}
+    # the jobs that ran in the plan's cost model: 5 screenings, 3 launches of each confirmed point and its coding eval
+    doc["cost"] = cost = cost_against_grid(config, doc, 3, tmp_path)
+    jobs, n = job_minutes(config, 0.0), len(final.survivors)
+    assert cost["cells"] == 0 and cost["unsettled_share"] == 0.0  # these hand-made jobs recorded no cells.json
+    assert cost["jobs_estimate_min"] == pytest.approx(5 * jobs["screen"] + 3 * n * jobs["launch"] + n * jobs["coding"])
+    grid = stage_estimates(config)["grid"]["expected_min"]
+    assert cost["ratio_to_grid"] == pytest.approx(cost["jobs_estimate_min"] / grid)
     text = render_funnel(doc, simulated=True)
+    assert "Dropped by rule: 2 by the band (clearly worse, figures that settled), 0 by the widened band" in text
+    assert f"{cost['ratio_to_grid']:.0%} of the full grid's {cost['grid_estimate_min']:.1f} min" in text
     assert "SIMULATED" in text and "`bs8-b4-t1-w2048`: \u2212" in text
     failed_line = "`ar` failed in screening (startup_exit: the server exited with code 1 during startup)"
     assert f"- {failed_line}" in text
@@ -335,6 +384,16 @@ def test_a_throughput_cells_error_ignores_the_spread_of_lengths_that_end_of_sequ
     distinct = [{**r, "completion_tokens": 100 + i, "e2e_s": r["e2e_s"] / 512 * (100 + i)}
                 for i, r in enumerate(wave())]
     assert estimate(distinct, "output_throughput_tok_s", 128, 32, 0.0).within > 0
+
+
+def test_an_unsettled_figure_over_several_launches_is_widened_by_their_spread():
+    settled, drifted = ScreenedFigure(100.0, 0.02, 0.03, 7, True), ScreenedFigure(130.0, 0.02, 0.03, 7, False, 0.06)
+    both = combine([settled, drifted])
+    assert both.stable is False and both.value == pytest.approx(math.sqrt(100 * 130))
+    assert both.instability == pytest.approx(math.log(1.3) / 2)  # half the launches' range: more than 0.03
+    close = combine([settled, ScreenedFigure(101.0, 0.02, 0.03, 7, False, 0.06)])
+    assert close.instability == pytest.approx(0.03)  # the launches' mean instability
+    assert combine([settled, settled]).instability == 0.0  # launches that settled are not widened by their spread
 
 
 def test_the_within_launch_error_of_few_requests_counts_at_students_t():

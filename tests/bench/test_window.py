@@ -169,3 +169,31 @@ def test_the_cap_never_cuts_a_cell_below_its_requests_only_failures_stop_it_earl
     assert _decide(watch, rule, [], now=100.0, started=0.0) == "cap"
     failing = _Watch(origin=0.0, completed=1, failed=3)
     assert _decide(failing, rule, [], now=0.2, started=0.0) == "failures"
+
+
+def _back_to_back(slowdown: float, duration: float = 2.0) -> list:
+    """Records of a C=1 cell of 10-token requests sent back to back for `duration` seconds, each request's tokens
+    `slowdown` times slower than the one before."""
+    from ddsweep.bench.records import RequestRecord
+
+    records, t, per_token = [], 0.0, 0.01
+    while t < duration:
+        rec = RequestRecord(64, 1, 0, len(records), False, completion_tokens=10, start_ts=t, end_ts=t + 10 * per_token,
+                            e2e_s=10 * per_token, chunks=[[per_token * k, k] for k in range(1, 11)])
+        records.append(rec)
+        t, per_token = rec.end_ts, per_token * (1 + slowdown)
+    return records
+
+
+def test_a_cell_the_record_would_call_unsettled_is_extended_within_its_cap() -> None:
+    from ddsweep.bench.closed_loop import _decide, _Watch
+
+    rule = StopRule(4, min_window_s=1.0, max_window_s=3.0)
+    steady, slowing = _back_to_back(0.0), _back_to_back(0.03)
+    assert not figures.stability([vars(r) for r in slowing])["stable"]
+    for records, expected in ((steady, "stable"), (slowing, None)):
+        # the monitor's 50 ms bins agree in both cells; only the requests themselves tell the slowing one apart
+        watch = _Watch(origin=0.0, window_start=0.0, completed=len(records), bins=dict.fromkeys(range(40), 5))
+        assert _decide(watch, rule, records, now=2.0, started=0.0) == expected
+    watch = _Watch(origin=0.0, window_start=0.0, completed=len(slowing), bins=dict.fromkeys(range(70), 5))
+    assert _decide(watch, rule, slowing, now=3.1, started=0.0) == "cap"  # extended up to its cap, no further

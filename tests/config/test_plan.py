@@ -16,9 +16,18 @@ from configs import study_yaml
 from conftest import copy_workflow, demo_config
 from faketransformers import fake_transformers
 
-from ddsweep.adaptive.stages import format_stage_plan, is_adaptive, strategy_choice
+from ddsweep.adaptive.stages import (
+    DEFAULT_UNSETTLED_SHARE,
+    chosen_strategy,
+    format_stage_plan,
+    is_adaptive,
+    stage_estimates,
+    strategy_choice,
+    unsettled_share,
+)
 from ddsweep.cli import main
 from ddsweep.config.plan import (
+    benchmark_cells,
     cell_requests,
     cell_share,
     count_hosts,
@@ -278,6 +287,63 @@ def test_auto_runs_adaptive_only_when_it_is_expected_to_cost_less_than_the_grid(
     assert "WARNING: the adaptive study is not expected to be cheaper than the grid here" in text
     assert "sweep.strategy auto: runs grid" in text
     assert "WARNING" not in format_plan(validate_config(big), format_stage_plan(validate_config(big)))
+
+
+def _cells_json(directory: Path, stable: list[bool]) -> None:
+    """A job directory whose cells.json records windows that settled or not."""
+    (directory / "bench").mkdir(parents=True)
+    (directory / "bench" / "cells.json").write_text(json.dumps({"cells": [{"window": {"stable": s}} for s in stable]}))
+
+
+def test_the_share_of_cells_that_do_not_settle_comes_from_the_setting_earlier_records_or_the_default(study, tmp_path):
+    config = validate_config({**study, "sweep": {**study["sweep"], "strategy": "adaptive"}})
+    assert unsettled_share(config, tmp_path)["share"] == DEFAULT_UNSETTLED_SHARE  # no records yet
+    _cells_json(tmp_path / "screen" / "ar", [True, False, False, True])
+    _cells_json(tmp_path / "confirm" / "ar" / "launch-0", [True, True, True, True])
+    _cells_json(tmp_path / "points" / "ar", [False] * 8)  # merged from those launches: not counted again
+    _cells_json(tmp_path / "points" / "bs8-b8-t4-w2048", [False, True])  # a point run in one launch
+    found = unsettled_share(config, tmp_path)
+    assert found["share"] == pytest.approx(3 / 10) and found["source"].startswith("3 of 10 cells recorded under")
+    config["sweep"]["screen"]["unsettled_share"] = 0.9
+    assert unsettled_share(config, tmp_path) == {"share": 0.9, "source": "sweep.screen.unsettled_share"}
+
+
+def test_unsettled_cells_run_to_their_cap_in_both_strategies_and_keep_their_screened_points(study):
+    config = validate_config({**study, "sweep": {**study["sweep"], "strategy": "adaptive"}})
+    settled, half = stage_estimates(config, 0.0), stage_estimates(config, 0.5)
+    bench, est = config["benchmark"], config["resources"]["estimate"]
+    cells = len(benchmark_cells(bench)) * bench["repeats"] * settled["grid"]["points"]
+    cap_extra = bench["max_window_s"] / 60 - max(est["cell_min"], bench["min_window_s"] / 60)
+    assert half["grid"]["expected_min"] == pytest.approx(settled["grid"]["expected_min"] + cells * 0.5 * cap_extra)
+    assert half["screen"]["expected_min"] > settled["screen"]["expected_min"]
+    # every screened point with an unsettled regime cell is expected to survive: more points enter the race
+    assert half["confirm"]["expected_min"] > settled["confirm"]["expected_min"] * 1.2
+
+
+def test_auto_counts_instability_and_keeps_the_strategy_it_chose_first(study, tmp_path):
+    config = small_grid(study)
+    config["sweep"]["strategy"] = "auto"
+    config["sweep"]["screen"]["unsettled_share"] = 0.0
+    choice = strategy_choice(validate_config(config))
+    assert choice["chosen"] == "adaptive" and choice["unsettled_share"] == 0.0
+    config["sweep"]["screen"]["unsettled_share"] = 0.5  # half the cells unsettled: the screening drops less
+    unstable = validate_config(config)
+    choice = strategy_choice(unstable)
+    assert choice["chosen"] == "grid" and choice["adaptive_expected_min"] > choice["grid_expected_min"]
+    text = "\n".join(format_stage_plan(unstable))
+    assert "cells not settling: 50% expected (sweep.screen.unsettled_share)" in text
+    assert "WARNING: the adaptive study is not expected to be cheaper than the grid here" in text
+    assert "with 50% of the cells not settling" in text and "sweep.strategy auto: runs grid" in text
+    # the workflow's first invocation records the choice; later ones keep it whatever the records show since
+    assert not is_adaptive(unstable, tmp_path, write=True)
+    assert json.loads((tmp_path / "strategy.json").read_text())["chosen"] == "grid"
+    config["sweep"]["screen"]["unsettled_share"] = 0.0
+    settled = validate_config(config)
+    assert strategy_choice(settled, tmp_path)["chosen"] == "adaptive"
+    assert chosen_strategy(settled, tmp_path)["chosen"] == "grid" and not is_adaptive(settled, tmp_path)
+    text = "\n".join(format_stage_plan(settled, tmp_path))
+    assert (f"runs grid (adaptive only when its expected job time is below the grid's; as chosen before, "
+            f"{tmp_path / 'strategy.json'}: delete it to choose again)") in text
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterator
 
@@ -12,6 +13,7 @@ from standin import FAST, Sim, healthy_together
 
 from ddsweep.sim.cli import build_parser, build_settings, parse_unknown
 from ddsweep.sim.model import (
+    Heat,
     Knobs,
     ModelParams,
     expected_accept_length,
@@ -176,6 +178,18 @@ def test_launch_noise_scales_step_time_per_launch_reproducibly_from_its_seed() -
     assert len(set(seeded)) == 20 and min(seeded) / 4 > 0.8 and max(seeded) / 4 < 1.25
     fresh = {step_ms("--sim-launch-noise", "0.05") for _ in range(5)}
     assert len(fresh) == 5  # without a seed every launch draws anew
+
+
+def test_gpu_like_drift_slows_steps_under_load_and_recovers_while_idle() -> None:
+    args, rest = build_parser().parse_known_args(["--model-path", "m", "--sim-drift", "0.3", "--sim-drift-s", "2"])
+    params = build_settings(args, parse_unknown(rest), {}).params
+    assert (params.drift, params.drift_s) == (0.3, 2.0)
+    heat = Heat(params.drift, params.drift_s)
+    assert heat.advance(0.0, busy=True) == 1.0  # a fresh launch runs at full speed
+    assert heat.advance(2.0, busy=True) == pytest.approx(1 + 0.3 * (1 - math.exp(-1)))  # one time constant
+    assert heat.advance(20.0, busy=True) == pytest.approx(1.3, abs=1e-3)  # settled at the slow-down
+    assert heat.advance(22.0, busy=False) == pytest.approx(1 + 0.3 * math.exp(-1), abs=1e-3)  # cooling
+    assert Heat(0.0, 2.0).advance(5.0, busy=True) == 1.0
 
 
 def test_exit_during_startup() -> None:

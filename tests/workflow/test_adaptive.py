@@ -15,6 +15,7 @@ import yaml
 from conftest import copy_workflow, venv_env
 
 from ddsweep.adaptive.refinement import refine_candidates
+from ddsweep.adaptive.selection import settled_leaders
 from ddsweep.config.study import load_config
 
 CONFIGS = ("--configfile", ".test/config.yaml", ".test/adaptive.yaml", "no_coding.yaml")
@@ -49,11 +50,13 @@ def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by
     selection = json.loads((adaptive_run / "results" / "screen" / "selection.json").read_text())
     assert selection["simulated"] is True
     assert {"ar", "dflash-bs8-w2048"} <= set(selection["survivors"])
-    # Which points lead the screening depends on timing noise; the refinement must be sweep.refine's budget
-    # steps around exactly the first round's best points (budget 6 lies between the grid's 4 and 8).
+    # Which points lead the screening, and whether their cells settled, depends on timing noise; the refinement
+    # must be sweep.refine's budget steps around exactly the first round's best points whose lead settled (budget 6
+    # lies between the grid's 4 and 8).
     round1 = json.loads((adaptive_run / "results" / "screen" / "round1.json").read_text())
     config = load_config(adaptive_run / "results" / "study_config.yaml")  # the study as the workflow ran it
-    expected = {p.point_id for p in refine_candidates(config, sorted(set(round1["best"].values())))}
+    around = settled_leaders(round1["best"], round1.get("unstable", {}))
+    expected = {p.point_id for p in refine_candidates(config, around)}
     assert set(selection["refine"]) == set(round1["refine"]) == expected
     assert expected <= {"bs8-b6-t1-w2048", "bs8-b6-t4-w2048"}
     for pid in [*selection["screened"]]:
@@ -95,9 +98,15 @@ def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by
     assert funnel["survivors"] == selection["survivors"]
     assert all(stage["job_min"] > 0 for stage in funnel["stages"].values() if stage["points"])
     assert "SIMULATED" in (adaptive_run / "reports" / "adaptive_funnel.md").read_text()
+    # each rule's drops, and the jobs' cost in the plan's cost model against the grid's estimate
+    assert sum(funnel["dropped_by_rule"].values()) == len(selection["dropped"])
+    cost = funnel["cost"]
+    assert cost["cells"] > 0 and 0 <= cost["unsettled_share"] <= 1 and cost["grid_estimate_min"] > 0
+    assert cost["ratio_to_grid"] == pytest.approx(cost["jobs_estimate_min"] / cost["grid_estimate_min"])
     summary = (adaptive_run / "reports" / "optimization_summary.md").read_text()
     assert "## Best point per regime" in summary
     assert "Adaptive study: screening funnel" in summary
+    assert "Dropped by rule: " in summary and f"{cost['ratio_to_grid']:.0%} of the full grid's" in summary
     # Dropped points appear only in the funnel, each with why; the decisions cover the confirmed points only.
     head, funnel_text = summary.split("Adaptive study: screening funnel", 1)
     funnel_text = funnel_text.split("\n## ", 1)[0]

@@ -44,10 +44,15 @@ validate(config, schema="../schemas/config.schema.yaml", set_default=False)
 # recorded in results/plan.json), unless sweep.run_aliases is true.
 POINTS = {point.point_id: point for point in running_points(STUDY)}
 RESOURCES = STUDY["resources"]
-# sweep.strategy auto runs adaptive only when `ddsweep plan` expects it to be cheaper than the grid; the rules
-# see the strategy chosen, results/plan.json records the configured one, the choice and both estimates.
+# sweep.strategy auto runs adaptive only when `ddsweep plan` expects it to be cheaper than the grid, given the
+# share of cells that do not settle in the earlier records under results/; the first invocation records its choice
+# (results/strategy.json) and later ones, and Slurm jobs, keep it. The rules see the strategy chosen,
+# results/plan.json records the configured one, the choice and both estimates.
 CONFIGURED_STRATEGY = STUDY["sweep"]["strategy"]
-ADAPTIVE = is_adaptive(STUDY)
+try:
+    ADAPTIVE = is_adaptive(STUDY, Path("results"), write=workflow.is_main_process)
+except ValueError as error:
+    raise WorkflowError(f"sweep.strategy auto: {error}") from None
 STUDY["sweep"]["strategy"] = "adaptive" if ADAPTIVE else "grid"
 # The point measured again at the end of a grid study on every host that ran points (sweep.reference;
 # workflow/rules/reference.smk), or None.

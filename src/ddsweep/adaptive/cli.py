@@ -10,10 +10,10 @@ from pathlib import Path
 
 import yaml
 
-from ddsweep.adaptive.funnel import funnel
+from ddsweep.adaptive.funnel import cost_against_grid, funnel
 from ddsweep.adaptive.race import race_round
 from ddsweep.adaptive.selection import select_round
-from ddsweep.adaptive.stages import confirm_launches, format_stage_plan, screen_ids, strategy_choice
+from ddsweep.adaptive.stages import chosen_strategy, confirm_launches, format_stage_plan, screen_ids
 from ddsweep.bench.feasibility import matrix_check, matrix_report
 from ddsweep.config.families import canaries_line
 from ddsweep.config.plan import format_plan, plan_document
@@ -59,6 +59,7 @@ def _run_funnel(args: argparse.Namespace) -> int:
         return 2
     doc = funnel(selection, Path(args.screen), Path(args.confirm), config.get("resources", {}).get("gpus", 8),
                  confirm_launches(config))
+    doc["cost"] = cost_against_grid(config, doc, confirm_launches(config), Path(args.screen).parent)
     doc["simulated"] = bool(config.get("simulated"))
     write_json_atomic(args.out, doc)
     write_text_atomic(args.markdown, render_funnel(doc, doc["simulated"]))
@@ -75,10 +76,16 @@ def _run_plan(args: argparse.Namespace) -> int:
         return 2
     on_slurm = args.executor == "slurm"
     cells, source = matrix_check(config)
+    results = Path(args.results)
+    try:
+        strategy = chosen_strategy(config, results)
+    except ValueError as exc:
+        print(f"ddsweep plan: {exc}", file=sys.stderr)
+        return 2
     if args.write:
-        write_json_atomic(args.write, {**plan_document(config, on_slurm), "strategy": strategy_choice(config),
+        write_json_atomic(args.write, {**plan_document(config, on_slurm), "strategy": strategy,
                                        "infeasible_cells": cells, "infeasible_cells_checked_with": source})
-    print(format_plan(config, format_stage_plan(config), on_slurm))
+    print(format_plan(config, format_stage_plan(config, results), on_slurm))
     print(canaries_line(config))
     print(matrix_report(cells, source))
     return 0
@@ -94,6 +101,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--executor", choices=["local", "slurm"], default="local",
                         help="where the study runs: on slurm, sweep.reference.enabled auto schedules the reference "
                              "runs, which the plan then counts (default local)")
+    parser.add_argument("--results", default="results",
+                        help="the study's results directory: its earlier records give the share of cells that do "
+                             "not settle (sweep.strategy auto and the adaptive estimates; default results)")
     parser.set_defaults(func=_run_plan)
     parser = subparsers.add_parser("select", help="adaptive study: keep the screened points that could be best",
                                    description=_run_select.__doc__)

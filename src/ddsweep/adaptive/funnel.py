@@ -1,5 +1,6 @@
-"""The adaptive study's funnel: how many points entered each stage, why each dropped one was dropped, and the
-GPU time of each stage (results/screen/funnel.json; the summary's section: analysis/funnel_section.py).
+"""The adaptive study's funnel: how many points entered each stage, why each dropped one was dropped and by which
+rule, the GPU time of each stage, and what the jobs that ran cost against the grid's estimate
+(results/screen/funnel.json; the summary's section: report/funnel_section.py).
 """
 
 from __future__ import annotations
@@ -7,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ddsweep.adaptive.selection import RULES
+from ddsweep.adaptive.stages import STAGES, job_minutes, recorded_cells, stage_estimates
 from ddsweep.analysis.text import first_line
 
 
@@ -63,8 +66,41 @@ def funnel(selection: dict, screen_dir: Path, confirm_dir: Path, gpus: int, laun
         "rounds": selection.get("rounds", []),
         "gpus_per_job": gpus,
         "gpu_hours": {k: v * gpus / 60 for k, v in minutes.items()},
-        "dropped": selection["dropped"], "failed": selection.get("failed", []),
+        "dropped": selection["dropped"], "dropped_by_rule": dropped_by_rule(selection),
+        "failed": selection.get("failed", []),
         "failures": {pid: screen_failure(screen_dir / pid) for pid in selection.get("failed", [])},
         "best_in_screening": selection.get("best", {}), "survivors": selection["survivors"],
-        "unstable": selection.get("unstable", {}),
+        "unstable": selection.get("unstable", {}), "race_launches": selection.get("race_launches", {}),
+        "extra_launches": selection.get("extra_launches", {}),
     }
+
+
+def dropped_by_rule(selection: dict) -> dict[str, int]:
+    """How many points each rule dropped (selection.RULES; a record without `dropped_by` predates the widened band
+    and the race's cap is then read from its reason)."""
+    rules = selection.get("dropped_by", {})
+    counts = dict.fromkeys(RULES, 0)
+    for pid, reason in selection["dropped"].items():
+        rule = rules.get(pid) or ("race cap" if "the race keeps" in reason else "band")
+        counts[rule] += 1
+    return counts
+
+
+def cost_against_grid(config: dict, doc: dict, launches: int, results_dir: Path) -> dict:
+    """What the study's jobs cost in the plan's cost model (`resources.estimate`), against the full grid's estimate
+    and the adaptive plan's expected cost, with the share of cells that did not settle in this study's own records
+    (both strategies would have met it); and the measured job minutes."""
+    flags = recorded_cells(results_dir)
+    unsettled = flags.count(False) / len(flags) if flags else 0.0
+    jobs, stages = job_minutes(config, unsettled), stage_estimates(config, unsettled)
+    confirmed = len(doc["survivors"])
+    launched = confirmed * launches + sum(doc.get("race_launches", {}).values())
+    settled = sum(len(ks) for ks in doc.get("extra_launches", {}).values())
+    screened = doc["stages"]["screen"]["points"] + doc["stages"]["refine"]["points"]
+    ran = (screened * jobs["screen"] + launched * jobs["launch"] + confirmed * jobs["coding"]
+           + settled * jobs["settle"])
+    grid = stages["grid"]["expected_min"]
+    return {"unsettled_share": unsettled, "cells": len(flags), "jobs_estimate_min": ran, "grid_estimate_min": grid,
+            "adaptive_expected_min": sum(stages[s]["expected_min"] for s in STAGES),
+            "ratio_to_grid": ran / grid if grid else None,
+            "measured_job_min": sum(stage["job_min"] for stage in doc["stages"].values())}

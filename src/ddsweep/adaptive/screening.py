@@ -2,8 +2,10 @@
 
 A screening run measures each point once, briefly. Its uncertainty has two parts: the standard error of the
 per-request figures within that one launch, and the variation between server launches, which one launch cannot
-show and which `sweep.screen.launch_cv` states (a relative standard deviation). The selection
-(adaptive/selection.py) compares these figures. See docs/adaptive.md.
+show and which `sweep.screen.launch_cv` states (a relative standard deviation). A figure whose cell did not settle
+carries a third, its instability: half the spread of its cell's sub-windows (over several launches, also half the
+range of the launches' figures), which widens its band as a bound, not as noise. The selection (adaptive/selection.py)
+compares these figures. See docs/adaptive.md.
 """
 
 from __future__ import annotations
@@ -29,13 +31,15 @@ LOWER_IS_BETTER = frozenset(name for name, m in METRICS.items() if m.lower_is_be
 class ScreenedFigure:
     """One screened figure: its value and its relative standard errors within the launch and between launches
     (the second is shared by every figure of one launch); `df`, the degrees of freedom of the within-launch error
-    (estimated from the requests; 0: taken as known)."""
+    (estimated from the requests; 0: taken as known); `instability`, how far on the log scale a figure whose cell
+    did not settle may be off besides that noise (0 for a settled one)."""
 
     value: float
     within: float
     launch: float
     df: int = 0
     stable: bool | None = None  # whether every launch's cell settled (None: counted cells, not checked)
+    instability: float = 0.0
 
     @property
     def rel_se(self) -> float:
@@ -71,12 +75,14 @@ def estimate(records: list[dict], metric: str, context: int, concurrency: int, l
     measured = [r for r in records if r.get("context") == context and r.get("concurrency") == concurrency
                 and not r.get("warmup") and (workload is None or r.get("workload") in (None, workload))]
     cell = [r for r in measured if not failed(r)]
-    stable = bool(figures.stability(measured, *stability)["stable"]) if stability and measured else None
+    stable, instability = (settling(measured, *stability) if stability and measured and definition.windowed
+                           else (None, 0.0))
     if metric == "output_throughput_tok_s":
         value = whole_output_throughput(measured)
         if value is None or value <= 0:
             return None
-        return ScreenedFigure(value, _wall_rel_se(cell, concurrency), launch_cv, max(0, len(cell) - 1), stable)
+        return ScreenedFigure(value, _wall_rel_se(cell, concurrency), launch_cv, max(0, len(cell) - 1), stable,
+                              instability)
     value = definition.cell(measured)
     if value is None or value <= 0:
         return None
@@ -84,7 +90,18 @@ def estimate(records: list[dict], metric: str, context: int, concurrency: int, l
     within = 0.0
     if len(per_request) > 1 and statistics.fmean(per_request) > 0:
         within = statistics.stdev(per_request) / statistics.fmean(per_request) / math.sqrt(len(per_request))
-    return ScreenedFigure(value, within, launch_cv, max(0, len(per_request) - 1), stable)
+    return ScreenedFigure(value, within, launch_cv, max(0, len(per_request) - 1), stable, instability)
+
+
+def settling(records: list[dict], parts: int, tolerance: float) -> tuple[bool, float]:
+    """Whether a cell settled (its sub-windows agreeing within `tolerance`, as the benchmark records it) and, when
+    not, its instability: log(1 + half the sub-windows' spread), the spread taken as at least `tolerance` (a cell
+    without a window to cut has none to show). The figure is the window's mean; where the window drifts, the speed
+    it would settle at lies towards one end of the sub-windows, about half their spread from the mean."""
+    check = figures.stability(records, parts, tolerance)
+    if check["stable"]:
+        return True, 0.0
+    return False, math.log1p(max(check["spread"] or 0.0, tolerance) / 2)
 
 
 @functools.cache
@@ -124,14 +141,19 @@ def _wall_rel_se(cell: list[dict], concurrency: int) -> float:
 def combine(estimates: list[ScreenedFigure]) -> ScreenedFigure | None:
     """One figure from several launches of a point: the geometric mean of the launches' figures; its within-launch
     error is the launches' errors pooled, and the between-launch error shrinks with the square root of the number
-    of launches."""
+    of launches. When a launch's cell did not settle, the instability is the launches' mean instability (a bound
+    on the mean's bias) or half the range of the launches' figures on the log scale, whichever is larger."""
     if not estimates:
         return None
     n = len(estimates)
-    value = math.exp(statistics.fmean(math.log(e.value) for e in estimates))
+    logs = [math.log(e.value) for e in estimates]
+    value = math.exp(statistics.fmean(logs))
     within = math.sqrt(sum(e.within ** 2 for e in estimates)) / n
-    return ScreenedFigure(value, within, estimates[0].launch / math.sqrt(n), sum(e.df for e in estimates),
-                          all_stable([e.stable for e in estimates]))
+    stable = all_stable([e.stable for e in estimates])
+    instability = (max(statistics.fmean(e.instability for e in estimates), (max(logs) - min(logs)) / 2)
+                   if stable is False else 0.0)
+    return ScreenedFigure(value, within, estimates[0].launch / math.sqrt(n), sum(e.df for e in estimates), stable,
+                          instability)
 
 
 def all_stable(flags: list[bool | None]) -> bool | None:
@@ -162,7 +184,7 @@ def regime_scores(config: dict, launches: dict[str, list[list[dict]]]) -> dict[s
                                              primary_workload(config), check)) is not None])
             if est is not None:
                 value = 1.0 / est.value if metric in LOWER_IS_BETTER else est.value
-                scores[pid] = ScreenedFigure(value, est.within, est.launch, est.df, est.stable)
+                scores[pid] = ScreenedFigure(value, est.within, est.launch, est.df, est.stable, est.instability)
         out[regime["name"]] = scores
     return out
 
@@ -171,7 +193,8 @@ def priority_scores(config: dict, per_regime: dict[str, dict[str, ScreenedFigure
                     ) -> dict[str, dict[str, ScreenedFigure]]:
     """Per priority, each point's weighted geometric mean of its regime figures relative to each regime's best,
     the summary's priority score (docs/statistics.md), for the points measured in every regime the priority weighs.
-    On the log scale the errors add with the weights; the launch's part is one factor shared by every regime."""
+    On the log scale the errors add with the weights; the launch's part is one factor shared by every regime, and
+    the instabilities, bounds, add with the weights too."""
     out = {}
     for name, weights in config.get("analysis", {}).get("priorities", {}).items():
         used = {r: w for r, w in weights.items() if w > 0 and per_regime.get(r)}
@@ -187,7 +210,8 @@ def priority_scores(config: dict, per_regime: dict[str, dict[str, ScreenedFigure
             within = math.sqrt(sum((f * e.within) ** 2 for f, e, _ in parts))
             launch = sum(f * e.launch for f, e, _ in parts)  # one launch: the same factor in every regime
             scores[pid] = ScreenedFigure(value, within, launch, min(e.df for _, e, _ in parts),
-                                         all_stable([e.stable for _, e, _ in parts]))
+                                         all_stable([e.stable for _, e, _ in parts]),
+                                         sum(f * e.instability for f, e, _ in parts))
         out[name] = scores
     return out
 

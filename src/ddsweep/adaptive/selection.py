@@ -2,9 +2,12 @@
 
 Per regime and per priority, a point is dropped only when the band of its relative difference to the best point
 lies entirely below `sweep.screen.tolerance`; every other point survives, together with the `ar` and DFlash
-baselines. The same selection runs again after each confirmation launch but the last (the race,
-adaptive/race.py), on every launch of each point so far, and there keeps at most `sweep.screen.race_keep` of the
-remaining points per regime and priority, the best by their figures so far. See docs/adaptive.md.
+baselines. A figure whose cell did not settle keeps its evidence with a band widened by its instability, and is
+never the best at its own value: the best is the highest figure that settled, or an unsettled one only where even
+its lower bound, widened, lies above every settled figure. The same selection runs again after each confirmation
+launch but the last (the race, adaptive/race.py), on every launch of each point so far, and there keeps at most
+`sweep.screen.race_keep` of the remaining points per regime and priority, the best by their figures so far. See
+docs/adaptive.md.
 """
 
 from __future__ import annotations
@@ -31,15 +34,28 @@ class Verdict:
     level: float
     rank: int = 0
     kept: int = 0
+    widened: float = 0.0  # the instabilities of the two figures, on the log scale, in the band
 
     @property
     def reason(self) -> str:
         """A sentence such as '−18% vs best at latency (bs8-b8-t4-w2048), band −21%…−15% (±1.64 se)', with the
-        point's rank when the race's cap, not the band, dropped it. The band is the selection rule's, not a
-        confidence interval: the best is chosen from the same data (docs/adaptive.md)."""
+        widening where a figure did not settle, and the point's rank when the race's cap, not the band, dropped it.
+        The band is the selection rule's, not a confidence interval: the best is chosen from the same data
+        (docs/adaptive.md)."""
+        spread = f" and ±{math.expm1(self.widened) * 100:.0f}% unsettled" if self.widened else ""
         text = (f"{_pct(self.relative)} vs best at {self.where} ({self.best}), "
-                f"band {_pct(self.low)}…{_pct(self.high)} (±{two_sided_z(self.level):.2f} se)")
+                f"band {_pct(self.low)}…{_pct(self.high)} (±{two_sided_z(self.level):.2f} se{spread})")
         return text + (f"; ranked {self.rank} there, and the race keeps {self.kept}" if self.rank else "")
+
+    @property
+    def rule(self) -> str:
+        """The rule that dropped the point (RULES)."""
+        return "race cap" if self.rank else "widened band" if self.widened else "band"
+
+
+# The rules that drop a point: its band below the tolerance (figures that settled), the same with a band widened
+# because a cell did not settle, and the race's cap (sweep.screen.race_keep).
+RULES = ("band", "widened band", "race cap")
 
 
 @dataclass
@@ -57,12 +73,14 @@ class Selection:
     settle: list[str] | None = None
     extra_launches: dict[str, list[int]] = field(default_factory=dict)
     race_launches: dict[str, int] = field(default_factory=dict)
+    dropped_by: dict[str, str] = field(default_factory=dict)  # point -> the rule (RULES) of its reason
 
     def to_json(self) -> dict:
         """The record written to results/screen/*.json and results/confirm/race-*.json (docs/results-schema.md);
         a race round's also lists `race_launches`, a settling round's `settle` and `extra_launches`."""
         record = {"screened": self.screened, "survivors": self.survivors, "dropped": self.dropped,
-                  "best": self.best, "refine": self.refine, "failed": self.failed, "rounds": self.rounds}
+                  "dropped_by": self.dropped_by, "best": self.best, "refine": self.refine, "failed": self.failed,
+                  "rounds": self.rounds}
         if self.unstable:
             record["unstable"] = self.unstable
         if self.race_launches:
@@ -77,32 +95,44 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.0f}%".replace("-", "\u2212")
 
 
-def bands(scores: dict[str, ScreenedFigure], where: str, confidence: float) -> list[Verdict]:
-    """Every point's relative difference to the best of `scores` with its band, ±√(h_p² + h_best²) on the log
-    scale, h each figure's half width at `confidence` (z·se, the within-launch part at Student's t), best first,
-    then by figure."""
+def leader(scores: dict[str, ScreenedFigure]) -> str:
+    """The point the others are compared with: the one whose figure, lowered by its instability, is highest. A
+    settled figure counts at its value, so an unsettled one leads only where even its widened lower bound lies above
+    every settled figure (or where no figure settled)."""
+    return max(scores, key=lambda p: (math.log(scores[p].value) - scores[p].instability, scores[p].value, p))
+
+
+def bands(scores: dict[str, ScreenedFigure], where: str, confidence: float, best: str | None = None) -> list[Verdict]:
+    """Every point's relative difference to `best` (default: the highest figure) with its band,
+    ±(√(h_p² + h_best²) + u_p + u_best) on the log scale, h each figure's half width at `confidence` (z·se, the
+    within-launch part at Student's t) and u its instability (0 where its cells settled: a bound, so it adds);
+    `best` first, then by figure."""
     if not scores:
         return []
     ranked = sorted(scores, key=lambda p: (scores[p].value, p), reverse=True)
-    best, top = ranked[0], scores[ranked[0]]
+    best = best or ranked[0]
+    top = scores[best]
     out = []
-    for pid in ranked:
-        diff = math.log(scores[pid].value / top.value)
-        width = math.hypot(scores[pid].half_width(confidence), top.half_width(confidence))
+    for pid in [best, *(p for p in ranked if p != best)]:
+        figure = scores[pid]
+        diff = math.log(figure.value / top.value)
+        widened = figure.instability + top.instability if pid != best else 0.0
+        width = math.hypot(figure.half_width(confidence), top.half_width(confidence)) + widened
         out.append(Verdict(pid, where, math.expm1(diff), math.expm1(diff - width), math.expm1(diff + width),
-                           best, confidence))
+                           best, confidence, widened=widened))
     return out
 
 
 def _compare(scores: dict[str, ScreenedFigure], where: str, confidence: float, dropped: dict[str, Verdict],
              tolerance: float = 0.0, keep_at_most: int | None = None) -> str | None:
-    """Drop from `scores` every point whose band of the relative difference to the best lies below +`tolerance`
+    """Drop from `scores` every point whose band of the relative difference to the leader lies below +`tolerance`
     (clearly worse, or at most a near-tie), then, with `keep_at_most`, every remaining point ranked below that
-    many; returns the best point. A figure from a cell that did not settle decides nothing: its point is neither
-    compared nor dropped (it is measured again), and it is not the best that others are compared with.
+    many (the leader first, the others by figure); returns the leader. A figure whose cell did not settle keeps
+    its evidence: its band is widened by its instability, so it is dropped only when even its widened upper bound
+    lies below the leader's lower bound, and it leads only by its widened lower bound (`leader`).
     (Bonferroni-adjusted bands gave no more correct recommendations in benchmarks/bench_adaptive.py on the
     62-job grid, 27 vs 28 of 30, and confirmed about 1.7 times as many.)"""
-    ranked = bands({p: f for p, f in scores.items() if f.stable is not False}, where, confidence)
+    ranked = bands(scores, where, confidence, leader(scores)) if scores else []
     remaining = 0
     for verdict in ranked:
         if verdict.point_id != verdict.best and verdict.high < tolerance:
@@ -147,14 +177,16 @@ def select(config: dict, launches: dict[str, list[list[dict]]], where: str = "",
             best[f"priority:{name}"] = top
         verdicts[f"priority:{name}"] = dropped
     always = set(baseline_ids(config))
-    survivors, reasons = [], {}
+    survivors, reasons, rules = [], {}, {}
     for pid in launches:
         excluded = [v[pid] for v in verdicts.values() if pid in v]
         if pid in always or len(excluded) < len(verdicts) or not verdicts:
             survivors.append(pid)
         else:
-            reasons[pid] = where + max(excluded, key=lambda v: v.high).reason
-    return Selection(screened=list(launches), survivors=survivors, dropped=reasons, best=best, unstable=unstable)
+            closest = max(excluded, key=lambda v: v.high)
+            reasons[pid], rules[pid] = where + closest.reason, closest.rule
+    return Selection(screened=list(launches), survivors=survivors, dropped=reasons, best=best, unstable=unstable,
+                     dropped_by=rules)
 
 
 def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous: dict | None) -> Selection:
@@ -170,7 +202,7 @@ def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous:
              "kept": len(selection.survivors)}
     if previous is None:
         around = (selection.survivors if config["sweep"].get("refine_around") == "survivors"
-                  else sorted(set(selection.best.values())))
+                  else settled_leaders(selection.best, selection.unstable))
         selection.refine = [p.point_id for p in refine_candidates(config, around)]
         selection.rounds = [stage]
     else:
@@ -178,11 +210,19 @@ def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous:
     return selection
 
 
+def settled_leaders(best: dict[str, str], unstable: dict[str, list[str]]) -> list[str]:
+    """The best points (`best`, per `regime:NAME` and `priority:NAME`) whose figure there settled (`unstable`: where
+    each point's did not): refinement spends screening jobs around a point the screening found best, and a lead
+    that rests on a cell that did not settle is not found yet (the race measures it again)."""
+    return sorted({pid for place, pid in best.items() if " ".join(place.split(":", 1)) not in unstable.get(pid, [])})
+
+
 def carry_over(previous: dict, selection: Selection, stage: dict) -> None:
     """A later round's record keeps the earlier rounds': screened, dropped and failed points, the refinement
     points, the launches of the points the race dropped and the rounds, with this round's added."""
     selection.race_launches = {**previous.get("race_launches", {}), **selection.race_launches}
     selection.dropped = {**previous["dropped"], **selection.dropped}
+    selection.dropped_by = {**previous.get("dropped_by", {}), **selection.dropped_by}
     selection.screened = list(dict.fromkeys([*previous["screened"], *selection.screened]))
     selection.failed = list(dict.fromkeys([*previous.get("failed", []), *selection.failed]))
     selection.refine = list(previous.get("refine", []))

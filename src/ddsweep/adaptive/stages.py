@@ -10,32 +10,105 @@ fresh server launch per repeat.
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 
 from ddsweep.adaptive.refinement import refine_candidates
-from ddsweep.config.plan import benchmark_cells, cell_share, estimate_minutes, running_points, warmup_minutes
+from ddsweep.config.plan import (
+    benchmark_cells,
+    cell_share,
+    estimate_minutes,
+    expected_cell_minutes,
+    running_points,
+    warmup_minutes,
+)
 from ddsweep.config.points import Point, expand_points
 from ddsweep.config.records import point_record
+from ddsweep.figures import METRICS
+from ddsweep.storage import write_json_atomic
 
 STAGES = ("screen", "refine", "confirm", "settle")  # the adaptive stages, in order
+# The share of windowed cells expected not to settle when neither sweep.screen.unsettled_share nor earlier records
+# say: the GPU records' (benchmarks/records/, H200, windows of 8-30 s): 17 of 40 cells did not settle.
+DEFAULT_UNSETTLED_SHARE = 17 / 40
+STRATEGY_RECORD = "strategy.json"  # under the results directory: the choice of `sweep.strategy: auto`
 
 
-def is_adaptive(config: dict) -> bool:
+def is_adaptive(config: dict, results_dir: Path | None = None, write: bool = False) -> bool:
     """Whether the study uses the adaptive strategy (screen, select, refine, confirm): `adaptive`, or `auto`
-    when the adaptive study's expected job time is below the grid's (strategy_choice)."""
+    when the adaptive study's expected job time is below the grid's (`chosen_strategy`)."""
     strategy = config.get("sweep", {}).get("strategy", "grid")
-    return strategy == "adaptive" or (strategy == "auto" and strategy_choice(config)["chosen"] == "adaptive")
+    return strategy == "adaptive" or (strategy == "auto"
+                                      and chosen_strategy(config, results_dir, write)["chosen"] == "adaptive")
 
 
-def strategy_choice(config: dict) -> dict:
+def strategy_choice(config: dict, results_dir: Path | None = None) -> dict:
     """The configured strategy, the one that runs and both expected job times (minutes of point jobs, start-ups
-    included; the grid's reference runs are not counted): `auto` takes adaptive only when it is cheaper."""
+    included; the grid's reference runs are not counted), given the share of cells expected not to settle
+    (`unsettled_share`: configured, from the records under RESULTS_DIR, or the default): `auto` takes adaptive
+    only when it is cheaper."""
     configured = config["sweep"]["strategy"]
-    stages = stage_estimates(config)
+    unsettled = unsettled_share(config, results_dir)
+    stages = stage_estimates(config, unsettled["share"])
     adaptive = sum(stages[s]["expected_min"] for s in STAGES)
     grid = stages["grid"]["expected_min"]
     chosen = configured if configured != "auto" else ("adaptive" if adaptive < grid else "grid")
     return {"configured": configured, "chosen": chosen, "adaptive_expected_min": adaptive,
-            "grid_expected_min": grid, "adaptive_cheaper": adaptive < grid}
+            "grid_expected_min": grid, "adaptive_cheaper": adaptive < grid, "unsettled_share": unsettled["share"],
+            "unsettled_source": unsettled["source"]}
+
+
+def chosen_strategy(config: dict, results_dir: Path | None, write: bool = False) -> dict:
+    """`strategy_choice`, except that for `auto` the choice recorded in RESULTS_DIR/strategy.json by an earlier
+    invocation of the study stands (`recorded`: its path), so that the strategy does not change as the study's own
+    records grow; with `write`, a new choice is recorded there."""
+    path = Path(results_dir) / STRATEGY_RECORD if results_dir is not None else None
+    if config["sweep"]["strategy"] == "auto" and path is not None and path.exists():
+        try:
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read the recorded choice of sweep.strategy auto, {path}: {exc} (delete it to "
+                             "choose again)") from exc
+        return {**recorded, "recorded": str(path)}
+    choice = strategy_choice(config, results_dir)
+    if write and path is not None and choice["configured"] == "auto":
+        write_json_atomic(path, choice)
+    return choice
+
+
+def recorded_cells(results_dir: Path) -> list[bool]:
+    """Whether each windowed cell recorded under RESULTS_DIR settled: the screening jobs', the confirmation and
+    grid launches', and the points' not merged from those launches (bench/cells.json `window.stable`)."""
+    results = Path(results_dir)
+    merged = {p.name for stage in ("confirm", "launches") for p in (results / stage).glob("*") if p.is_dir()}
+    paths = [*results.glob("screen/*/bench/cells.json"), *results.glob("confirm/*/launch-*/bench/cells.json"),
+             *results.glob("launches/*/launch-*/bench/cells.json"),
+             *(p for p in results.glob("points/*/bench/cells.json") if p.parent.parent.name not in merged)]
+    flags = []
+    for path in paths:
+        try:
+            cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+        except (OSError, ValueError):
+            continue
+        flags += [bool(c["window"]["stable"]) for c in cells if (c.get("window") or {}).get("stable") is not None]
+    return flags
+
+
+def unsettled_share(config: dict, results_dir: Path | None = None) -> dict:
+    """The share of windowed cells expected not to settle, and where it comes from: `sweep.screen.unsettled_share`
+    when set, else the share among the cells recorded under RESULTS_DIR (`recorded_cells`), else
+    DEFAULT_UNSETTLED_SHARE; 0 for counted cells (`benchmark.min_window_s` 0), which have no window."""
+    configured = screen_settings(config).get("unsettled_share")
+    if configured is not None:
+        return {"share": float(configured), "source": "sweep.screen.unsettled_share"}
+    if not config["benchmark"].get("min_window_s"):
+        return {"share": 0.0, "source": "counted cells (benchmark.min_window_s 0)"}
+    flags = recorded_cells(results_dir) if results_dir is not None else []
+    if flags:
+        return {"share": flags.count(False) / len(flags),
+                "source": f"{flags.count(False)} of {len(flags)} cells recorded under {results_dir}"}
+    return {"share": DEFAULT_UNSETTLED_SHARE, "source": "default: 17 of 40 cells of the GPU records "
+                                                        "(benchmarks/records/) did not settle"}
 
 
 def screen_settings(config: dict) -> dict:
@@ -123,34 +196,55 @@ def _max_refinements(config: dict, points: list[Point]) -> int:
     return len(refine_candidates(config, [p.point_id for p in points]))
 
 
-def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
-    """Worst-case and expected job minutes of each adaptive stage, and of the full grid (the points that run),
-    for `ddsweep plan`."""
-    points = running_points(config)
-    n = len(points)
-    screen_cfg = screen_settings(config)
+def windowed_regime_cells(config: dict) -> int:
+    """The distinct regime cells whose figure depends on the window settling (not acceptance)."""
+    return len({(r["context"], r["concurrency"]) for r in config.get("analysis", {}).get("regimes", [])
+                if METRICS.get(r["metric"]) is None or METRICS[r["metric"]].windowed})
+
+
+def job_minutes(config: dict, unsettled: float = 0.0) -> dict[str, float]:
+    """Minutes of each kind of adaptive job in the plan's cost model (`resources.estimate`), where a share
+    `unsettled` of the cells runs to its cap: a screening job, a confirmation launch, the coding eval (in the last
+    configured launch) and a settling launch."""
     est = config["resources"]["estimate"]
     sbench = screen_benchmark(config)
     bench = config["benchmark"]
 
     def regime_job(requests: int | None) -> float:
         """Minutes of one job of the regime cells at `requests` per cell; a cell never shorter than its minimum
-        window (`benchmark.min_window_s`), which every measured cell runs."""
+        window (`benchmark.min_window_s`), which every measured cell runs, and a share `unsettled` at its cap."""
         return est["startup_min"] + warmup_minutes(sbench) + sum(
-            max(cell_share(c, requests, bench["requests_per_cell"]) * est["cell_min"], sbench.get("min_window_s", 0)
-                / 60) for _, c in benchmark_cells(sbench))
+            expected_cell_minutes(max(cell_share(c, requests, bench["requests_per_cell"]) * est["cell_min"],
+                                      sbench.get("min_window_s", 0) / 60), sbench, unsettled)
+            for _, c in benchmark_cells(sbench))
 
-    screen_point = regime_job(sbench["requests_per_cell"])
     one_launch = copy.deepcopy(config)
     one_launch["benchmark"]["repeats"] = 1
     one_launch["sweep"]["launches"] = 1  # one confirmation launch: one start-up
     one_launch["coding_eval"] = {**config["coding_eval"], "enabled": False}
-    coding = est["coding_min"] if config["coding_eval"]["enabled"] else 0.0
-    launch_min = estimate_minutes(one_launch, 1)["per_point_min"]
+    return {"screen": regime_job(sbench["requests_per_cell"]),
+            "launch": estimate_minutes(one_launch, 1, unsettled)["per_point_min"],
+            "coding": est["coding_min"] if config["coding_eval"]["enabled"] else 0.0,
+            "settle": regime_job(bench["requests_per_cell"])}
+
+
+def stage_estimates(config: dict, unsettled: float = 0.0) -> dict[str, dict[str, float]]:
+    """Worst-case and expected job minutes of each adaptive stage, and of the full grid (the points that run),
+    for `ddsweep plan`, where a share `unsettled` of the cells does not settle. Such a cell runs to its cap (in
+    both strategies), and the expected case counts every screened point with an unsettled regime cell as a
+    survivor: the selection drops it only when even its widened band lies below the best, which the plan does not
+    count on."""
+    points = running_points(config)
+    n = len(points)
+    screen_cfg = screen_settings(config)
+    jobs = job_minutes(config, unsettled)
+    screen_point, launch_min, coding = jobs["screen"], jobs["launch"], jobs["coding"]
     n_refine = _max_refinements(config, points)
     fraction = screen_cfg["expected_survivors"]
+    # a screened point with an unsettled regime cell is counted as a survivor
+    kept = 1 - (1 - unsettled) ** windowed_regime_cells(config) * (1 - fraction)
     n_base = len(baseline_ids(config))
-    expected_survivors = min(n, n_base + fraction * (n - n_base))
+    expected_survivors = min(n, n_base + kept * (n - n_base))
     in_race, expected_in_race = race_bound(config), race_expected(config)
     launches = confirm_launches(config)
 
@@ -165,15 +259,17 @@ def stage_estimates(config: dict) -> dict[str, dict[str, float]]:
     keep = screen_cfg.get("race_keep")
     settling = min(n + n_refine, keep * len(config.get("analysis", {}).get("priorities", {})) if keep
                    else n + n_refine) if settle_launches(config) else 0
-    settle_min = settle_launches(config) * settling * regime_job(bench["requests_per_cell"])
-    grid = estimate_minutes(config, n)["total_min"]
+    settle_min = settle_launches(config) * settling * jobs["settle"]
+    # the grid as it would run: its own launches per point (sweep.launches), whatever strategy is configured
+    as_grid = {**config, "sweep": {**config["sweep"], "strategy": "grid"}}
+    grid = estimate_minutes(as_grid, n, unsettled)["total_min"]
     return {
         "grid": {"points": n, "worst_min": grid, "expected_min": grid},
         "screen": {"points": n, "worst_min": n * screen_point, "expected_min": n * screen_point},
         "refine": {"points": n_refine, "worst_min": n_refine * screen_point,
                    "expected_min": fraction * n_refine * screen_point},
         "confirm": {"points": n + n_refine, "worst_min": confirm_min(n + n_refine, in_race),
-                    "expected_min": confirm_min(expected_survivors + fraction * fraction * n_refine,
+                    "expected_min": confirm_min(expected_survivors + fraction * kept * n_refine,
                                                 expected_in_race)},
         "settle": {"points": settling, "worst_min": settle_min, "expected_min": settle_min},
     }
@@ -199,12 +295,14 @@ def race_expected(config: dict) -> int | None:
     return len(baseline_ids(config)) + keep * len(config.get("analysis", {}).get("priorities", {}))
 
 
-def format_stage_plan(config: dict) -> list[str]:
-    """Plan lines for an adaptive study: each stage's worst-case and expected GPU time next to the grid's."""
+def format_stage_plan(config: dict, results_dir: Path | None = None) -> list[str]:
+    """Plan lines for an adaptive study: each stage's worst-case and expected GPU time next to the grid's, given
+    the share of cells expected not to settle (from the records under RESULTS_DIR, when any)."""
     if config["sweep"]["strategy"] == "grid":
         return []
     gpus = config.get("resources", {}).get("gpus", 8)
-    stages = stage_estimates(config)
+    unsettled = unsettled_share(config, results_dir)
+    stages = stage_estimates(config, unsettled["share"])
     fraction = screen_settings(config)["expected_survivors"]
 
     def hours(minutes: float) -> str:
@@ -220,6 +318,8 @@ def format_stage_plan(config: dict) -> list[str]:
               f"{stages['settle']['points']} points, counted at that bound in both columns"
               if settle_launches(config) else "settling: none (sweep.screen.settle_launches: 0)")
     lines = ["", f"adaptive strategy (expected: {fraction:.0%} of the non-baseline points survive the screening)",
+             f"cells not settling: {unsettled['share']:.0%} expected ({unsettled['source']}); each runs to "
+             "benchmark.max_window_s in both strategies, and a screened point with one is counted as a survivor",
              race, settle, f"{'stage':<10} {'points':>7}  {'worst case':>25}  {'expected':>25}"]
     for name in STAGES:
         s = stages[name]
@@ -229,12 +329,13 @@ def format_stage_plan(config: dict) -> list[str]:
     lines.append(f"{'adaptive':<10} {'':>7}  {hours(worst):>25}  {hours(expected):>25}")
     lines.append(f"{'full grid':<10} {stages['grid']['points']:>7}  {hours(stages['grid']['worst_min']):>25}  "
                  f"{hours(stages['grid']['expected_min']):>25}")
-    choice = strategy_choice(config)
-    if not choice["adaptive_cheaper"]:
+    choice = chosen_strategy(config, results_dir)
+    if expected >= stages["grid"]["expected_min"]:
         lines.append(f"WARNING: the adaptive study is not expected to be cheaper than the grid here "
-                     f"({hours(expected).strip()} expected against {hours(stages['grid']['expected_min']).strip()})")
+                     f"({hours(expected).strip()} expected against {hours(stages['grid']['expected_min']).strip()}, "
+                     f"with {unsettled['share']:.0%} of the cells not settling)")
     if choice["configured"] == "auto":
         lines.append(f"sweep.strategy auto: runs {choice['chosen']} (adaptive only when its expected job time is "
-                     "below the grid's)")
+                     "below the grid's" + (f"; as chosen before, {choice['recorded']}: delete it to choose again)"
+                                           if choice.get("recorded") else ")"))
     return lines
-

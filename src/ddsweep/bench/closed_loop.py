@@ -4,12 +4,14 @@ stopping rule holds.
 A counted cell (a warmup, or `min_window_s` 0) sends exactly its planned requests. A windowed cell keeps sending
 until at least `min_requests` requests have ended (a floor no cap cuts) and it has a steady-state window (from the
 moment C requests are first in flight) of at least `min_window_s` whose sub-windows agree on output throughput
-within the stability tolerance; a cell that does not settle stops at `max_window_s` and is recorded as unstable. The
-in-flight requests are then allowed to finish, so the window ends where ddsweep.figures' steady state ends. The
-stopping check is an approximation on 50 ms bins (figures.stability recomputes the recorded figures from the raw
-records). A windowed cell also stops early once more than `max_failure_fraction` of at least `min_requests` requests
-failed. Any cell given a HangWatch stops at once, raising ServerHang, when the server stays silent and does not
-answer a probe (bench/hangs.py).
+within the stability tolerance; a cell that has not settled at its window goes on, within the same launch, until it
+does or until `max_window_s`, where it stops and is recorded as unstable. The in-flight requests are then allowed
+to finish, so the window ends where ddsweep.figures' steady state ends. The stopping check runs on 50 ms bins and,
+before it stops a cell as settled, on the requests themselves as the record computes it (figures.stability, the
+requests in flight taken as ending now), so that a cell the record would call unsettled is extended rather than
+stopped. A windowed cell also stops early once more than `max_failure_fraction` of at least `min_requests`
+requests failed. Any cell given a HangWatch stops at once, raising
+ServerHang, when the server stays silent and does not answer a probe (bench/hangs.py).
 """
 
 from __future__ import annotations
@@ -93,6 +95,13 @@ class _Watch:
                   for lo, hi in zip(edges, edges[1:], strict=False)]
         return figures.spread(values)
 
+    def recorded_settled(self, records: list[RequestRecord], now: float, rule: StopRule) -> bool:
+        """Whether the record would call the cell settled were it to end now: figures.stability over the requests
+        sent so far, those in flight taken as ending now."""
+        rows = [{**vars(r), "end_ts": now} if i in self.running else vars(r)
+                for i, r in enumerate(records) if r.start_ts is not None]
+        return bool(figures.stability(rows, rule.subwindows, rule.tolerance)["stable"])
+
 
 def _decide(watch: _Watch, rule: StopRule, records: list[RequestRecord], now: float, started: float) -> str | None:
     """Why a windowed cell stops now (stable, cap, failures), or None to go on. No cell stops for its window
@@ -109,7 +118,7 @@ def _decide(watch: _Watch, rule: StopRule, records: list[RequestRecord], now: fl
     if watch.completed < rule.min_requests or elapsed < rule.min_window_s + BIN_S:
         return "cap" if now - started >= rule.max_window_s + rule.min_window_s else None
     figure = watch.spread(records, now, rule.subwindows)
-    if figure is not None and figure <= rule.tolerance:
+    if figure is not None and figure <= rule.tolerance and watch.recorded_settled(records, now, rule):
         return "stable"
     return "cap" if elapsed >= rule.max_window_s else None
 

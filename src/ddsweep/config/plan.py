@@ -140,23 +140,32 @@ def warmup_minutes(bench: dict) -> float:
     return len(benchmark_cells(bench)) * bench.get("warmup_window_s", 0) / 60
 
 
-def estimate_minutes(config: dict, n_points: int) -> dict[str, float]:
+def expected_cell_minutes(cell: float, bench: dict, unsettled: float) -> float:
+    """Minutes of a measured cell of `cell` minutes when it settles, where a share `unsettled` of cells runs to its
+    cap (`benchmark.max_window_s`) without settling."""
+    return (1 - unsettled) * cell + unsettled * max(cell, bench.get("max_window_s", 0) / 60)
+
+
+def estimate_minutes(config: dict, n_points: int, unsettled: float = 0.0) -> dict[str, float]:
     """GPU-time estimate for `n_points` points from the configured startup and per-cell times: one start-up and
-    one round of warm-ups per server launch (`sweep.launches` per grid point)."""
+    one round of warm-ups per server launch (`sweep.launches` per grid point); a share `unsettled` of the cells
+    runs to its cap."""
     est = config["resources"]["estimate"]
     bench = config["benchmark"]
     cells = len(benchmark_cells(bench)) * bench["repeats"]
     coding = est["coding_min"] if config["coding_eval"]["enabled"] else 0.0
     launches = grid_launches(config)
     warm = warmup_minutes(bench)
-    per_point = (est["startup_min"] + warm) * launches + cells * cell_minutes(est, bench) + coding
+    settled = (est["startup_min"] + warm) * launches + cells * cell_minutes(est, bench) + coding
+    per_point = settled + cells * (expected_cell_minutes(cell_minutes(est, bench), bench, unsettled)
+                                   - cell_minutes(est, bench))
     gpus = config["resources"]["gpus"]
     # at worst every cell and every windowed warm-up runs to the cap without settling
     cap = bench.get("max_window_s", 0) / 60
     worst_warm = warmup_minutes({**bench, "warmup_window_s": bench.get("max_window_s", 0)}) if warm else 0.0
     return {"per_point_min": per_point, "total_min": per_point * n_points, "cell_min": cell_minutes(est, bench),
             "warmup_min": warm * launches,
-            "worst_per_point_min": per_point + cells * max(0.0, cap - cell_minutes(est, bench))
+            "worst_per_point_min": settled + cells * max(0.0, cap - cell_minutes(est, bench))
             + launches * max(0.0, worst_warm - warm),
             "gpu_hours": per_point * n_points * gpus / 60, "cells_per_point": cells,
             "launches_per_point": launches, "startups": launches * n_points,

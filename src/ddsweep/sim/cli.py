@@ -112,6 +112,13 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--sim-launch-noise", type=float, default=0.0, metavar="CV",
                      help="variation between launches: every step time is scaled by exp(N(0, CV)), drawn once "
                           "per launch (the variation a fresh server start brings on real hardware)")
+    sim.add_argument("--sim-drift", type=float, default=ModelParams.drift, metavar="FRACTION",
+                     help="GPU-like drift: under sustained load every step slows down by up to FRACTION, with time "
+                          "constant --sim-drift-s of load, and recovers as fast while idle (as a GPU's clocks fall "
+                          "as it heats): cells early in a launch do not settle until they have run several time "
+                          "constants")
+    sim.add_argument("--sim-drift-s", type=float, default=ModelParams.drift_s, metavar="SECONDS",
+                     help="time constant of --sim-drift")
     sim.add_argument("--sim-launch-seed", type=int, default=None,
                      help="seed of the launch's draw (default: a fresh random seed per launch, logged)")
     sim.add_argument("--sim-prompt-log", default=None, metavar="PATH",
@@ -238,7 +245,7 @@ def build_settings(args: argparse.Namespace, unknown: dict[str, Any], env: dict[
     params = ModelParams(step_ms=step_ms, token_cost=args.sim_token_cost, draft_frac=args.sim_draft_frac,
                          draft_batch_frac=args.sim_draft_batch_frac, prefill_ms_per_1k=args.sim_prefill_ms_per_1k,
                          trained_block_size=args.sim_trained_block_size, trained_window=args.sim_trained_window,
-                         accept_fixed=args.sim_accept_fixed)
+                         accept_fixed=args.sim_accept_fixed, drift=args.sim_drift, drift_s=args.sim_drift_s)
     # What the stand-in really applies (an ignore-knob fault shows here, as a server ignoring a flag would).
     if algo in (None, "DFLASH", "DDTREE"):
         v2 = resolved.get("speculative_ddtree_block_size") is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import re
 from dataclasses import dataclass
@@ -67,6 +68,8 @@ class ModelParams:
     q_decay: float = 0.92
     beyond_factor: float = 0.9
     branch_gain: float = 0.3
+    drift: float = 0.0  # GPU-like slow-down under sustained load (Heat): at most this fraction of the step time
+    drift_s: float = 1.0  # its time constant, in seconds of load (and of idling, to recover)
 
 
 def verify_slots(knobs: Knobs) -> int:
@@ -87,6 +90,28 @@ def step_time_s(params: ModelParams, knobs: Knobs, batch: int) -> float:
     if knobs.kind != "ar" and knobs.algorithm != "NGRAM":  # NGRAM looks drafts up: no drafter runs
         ms += params.step_ms * (params.draft_frac + params.draft_batch_frac * (batch - 1))
     return ms / 1000.0
+
+
+@dataclass
+class Heat:
+    """A GPU-like drift (`--sim-drift`): under sustained load every step slows down towards 1 + `fraction` times
+    its time, with time constant `tau_s` of load, and idling relaxes it back at the same rate, as a GPU's clocks
+    fall while it heats and recover as it cools. A cell early in a launch, such as a screening job's, slows down
+    while it runs (its sub-windows disagree until it has run several time constants); a later one finds the
+    server warm, unless the gap before it cooled it."""
+
+    fraction: float
+    tau_s: float
+    level: float = 0.0
+    at: float | None = None
+
+    def advance(self, now: float, busy: bool) -> float:
+        """Move the heat to `now` (under load since the last call when `busy`); returns the step-time factor."""
+        if self.at is not None and self.tau_s > 0 and now > self.at:
+            target = 1.0 if busy else 0.0
+            self.level = target + (self.level - target) * math.exp(-(now - self.at) / self.tau_s)
+        self.at = now
+        return 1.0 + self.fraction * self.level
 
 
 def prefill_time_s(params: ModelParams, prompt_tokens: int) -> float:

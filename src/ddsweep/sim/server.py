@@ -31,6 +31,7 @@ from ddsweep.sim.contract import server_info as build_info
 from ddsweep.sim.http import Connection, HttpRequest
 from ddsweep.sim.model import (
     AcceptanceSampler,
+    Heat,
     expected_accept_length,
     generate_pieces,
     is_lossy_prompt,
@@ -86,6 +87,7 @@ class SimServer(OpenAIEndpoints):
         self.hung = False  # `hang[:N]`: the scheduler has stopped; no request gets another token
         self.step_count = 0
         self._drift_t0: float | None = None
+        self._heat = Heat(settings.params.drift, settings.params.drift_s)
         self._ids = itertools.count(1)
         self._rendered: dict[int, str] = {}
         self._fault_rngs = {k: random.Random(stable_hash("fault", k, settings.seed))
@@ -171,13 +173,16 @@ class SimServer(OpenAIEndpoints):
             if not self.running and not self.waiting:
                 self.wake.clear()
                 self._drift_t0 = None  # drift:RATE restarts with each busy period
+                self._heat.advance(loop.time(), busy=True)
                 await self.wake.wait()
                 target = loop.time()
+                self._heat.advance(target, busy=False)  # it cooled while idle
             batch = [r for r in self.running if not r.cancelled]
             pending = [r for r in self.waiting if not r.cancelled]
             room = max(0, self.max_running - len(batch))
             new, self.waiting = pending[:room], pending[room:]
-            dt = step_time_s(params, knobs, len(batch)) * self._drift()
+            heat = self._heat.advance(loop.time(), busy=True) if params.drift else 1.0
+            dt = step_time_s(params, knobs, len(batch)) * self._drift() * heat
             if new:
                 dt += sum(prefill_time_s(params, r.prompt_tokens) for r in new)
                 if not batch:

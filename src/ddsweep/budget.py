@@ -39,7 +39,7 @@ class TimeBudget:
         if self.job_estimate_s <= left:
             return None
         return (f"not started: its estimate ({self.job_estimate_s:.0f} s) does not fit the {max(left, 0):.0f} s left "
-                f"of {self.source}; the next invocation runs it")
+                f"of {self.source}")
 
     def to_env(self) -> str:
         """The JSON the workflow exports in DDSWEEP_TIME_BUDGET."""

@@ -91,6 +91,15 @@ def copy_workflow(dest: Path, strict_standin: bool = False) -> Path:
     return dest
 
 
+def needs_rsync() -> None:
+    """Skip (or fail, with DDSWEEP_STORE_TESTS=require as in .ci/run) where the filesystem store's rsync is missing."""
+    if shutil.which("rsync") is None:
+        message = "rsync is not installed: the filesystem study store needs it (apt-get install rsync)"
+        if os.environ.get("DDSWEEP_STORE_TESTS") == "require":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
 def venv_env() -> dict[str, str]:
     """The environment with this interpreter's bin directory first on PATH, so jobs find `ddsweep`."""
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import needs_rsync
 
 from ddsweep.point.marks import AttemptMarks, unit_of
 from ddsweep.store import (
@@ -39,6 +40,7 @@ def _unit(workdir: Path, unit: str = UNIT) -> Path:
 def store(request, tmp_path) -> StudyStore:
     """A fresh store of each kind: a directory, or a bucket of the moto server."""
     if request.param == "fs":
+        needs_rsync()
         return StudyStore.open(str(tmp_path / "store"))
     request.getfixturevalue("s3_endpoint")
     return StudyStore.open(f"s3://ddsweep-test-{uuid.uuid4().hex[:12]}/study")
@@ -63,6 +65,7 @@ def test_a_pushed_unit_comes_back_whole_with_its_mtimes_in_a_fresh_directory(sto
 
 
 def test_a_unit_without_its_manifest_is_never_taken_for_finished(tmp_path):
+    needs_rsync()
     store = StudyStore.open(str(tmp_path / "store"))
     half = _unit(tmp_path / "machine-1")
     store.put(half, UNIT)  # the files arrived, the manifest (written last) did not
@@ -72,6 +75,7 @@ def test_a_unit_without_its_manifest_is_never_taken_for_finished(tmp_path):
 
 
 def test_a_unit_that_does_not_match_its_manifest_is_refused_with_its_name(tmp_path):
+    needs_rsync()
     store = StudyStore.open(str(tmp_path / "store"))
     source = _unit(tmp_path / "machine-1")
     push_unit(store, tmp_path / "machine-1", UNIT, source / MANIFEST)
@@ -103,6 +107,7 @@ def test_the_attempts_of_a_unit_name_only_those_that_did_not_finish(tmp_path):
 
 
 def test_a_point_jobs_marks_reach_the_store_at_start_and_end(tmp_path, monkeypatch):
+    needs_rsync()
     store_dir = tmp_path / "store"
     monkeypatch.setenv("DDSWEEP_STORE", str(store_dir))
     out = tmp_path / "work" / UNIT

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from conftest import copy_workflow
+from conftest import copy_workflow, needs_rsync
 
 ROOT = Path(__file__).resolve().parents[2]
 POINTS = ["ar", "bs8-b4-t2-w2048", "bs8-b8-t2-w2048", "bs8-b16-t2-w2048"]
@@ -96,16 +96,9 @@ def _kill_machine(process: subprocess.Popen) -> None:
     process.wait(timeout=10)
 
 
-def _needs_rsync() -> None:
-    if shutil.which("rsync") is None:
-        if os.environ.get("DDSWEEP_STORE_TESTS") == "require":
-            pytest.fail("rsync is not installed: the filesystem store needs it (apt-get install rsync)")
-        pytest.skip("rsync is not installed: the filesystem store needs it (apt-get install rsync)")
-
-
 @pytest.mark.slow
 def test_a_lost_machine_loses_no_finished_point_and_a_fresh_directory_resumes_from_the_store(tmp_path):
-    _needs_rsync()
+    needs_rsync()
     store = tmp_path / "store"
     study = _study(startup_delay=3)
     first = _workdir(tmp_path, "machine-1", study)

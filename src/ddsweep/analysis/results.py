@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from ddsweep.analysis.admission import admission_limits
+from ddsweep.analysis.interruptions import interrupted_attempts
 from ddsweep.analysis.launch_model import (
     launch_intervals,
     read_launch_map,
@@ -367,17 +368,6 @@ def _num(value: Any) -> float:
         return math.nan
 
 
-def _interruptions(directory: Path) -> list[dict[str, Any]]:
-    """The interrupted attempts recorded in the done.json of a point and of its launches (results/launches/<id>/)."""
-    found = []
-    launches = directory.parent.parent / "launches" / directory.name
-    for path in [directory / "done.json", *sorted(launches.glob("launch-*/done.json"))]:
-        done = _read_json(path, [], required=False)
-        if isinstance(done, dict) and isinstance(done.get("interrupted_attempts"), list):
-            found += [a for a in done["interrupted_attempts"] if isinstance(a, dict)]
-    return found
-
-
 def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, list[dict], list[dict], dict | None]:
     """Read one point directory into its record, cells document, request records, coding problems and coding
     summary."""
@@ -419,7 +409,7 @@ def _load_point(directory: Path) -> tuple[PointRecord, dict[str, Any] | None, li
         record.status = "incomplete"
         record.error = "neither status.json nor failure.json exists (the point never finished)"
 
-    record.interruptions = _interruptions(directory)
+    record.interruptions = interrupted_attempts(directory)
     environment = _read_json(directory / "environment.json", issues, required=record.status == "ok")
     if isinstance(environment, dict):
         record.environment = environment

@@ -347,3 +347,12 @@ def study_outcome():
     status = study_status(STUDY, Path("results"), {})
     line = outcome_line(status, Path("reports/optimization_summary.md"))
     return ("NOTHING WAS MEASURED: " if status["points"] and not status["counts"]["done"] else "") + line
+
+
+def stored_unit_inputs(wildcards):
+    """What a unit's copy waits for: its job's terminal record, every preflight, or the finished reports."""
+    if wildcards.unit == "results/preflight":
+        return expand("results/preflight/{preset}.json", preset=sorted({p.preset for p in POINTS.values()}))
+    if wildcards.unit == "reports":
+        return [f for f in final_outputs() if f.startswith("reports/") and f != "reports/stored.json"]
+    return [f"{wildcards.unit}/done.json"]

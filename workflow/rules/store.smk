@@ -7,15 +7,6 @@ wildcard_constraints:
     unit=r"results/(preflight|points/[^/]+|launches/[^/]+/launch-\d+)|reports",
 
 
-def stored_unit_inputs(wildcards):
-    """What a unit's copy waits for: its job's terminal record, every preflight, or the finished reports."""
-    if wildcards.unit == "results/preflight":
-        return expand("results/preflight/{preset}.json", preset=sorted({p.preset for p in POINTS.values()}))
-    if wildcards.unit == "reports":
-        return [f for f in final_outputs() if f.startswith("reports/") and f != "reports/stored.json"]
-    return [f"{wildcards.unit}/done.json"]
-
-
 if STORE:
 
     localrules:

@@ -155,16 +155,18 @@ def test_a_lost_machine_loses_no_finished_point_and_a_fresh_directory_resumes_fr
 @pytest.mark.slow
 def test_a_time_budget_measures_what_fits_names_the_rest_and_the_next_invocation_finishes(tmp_path, s3_endpoint):
     store = f"s3://ddsweep-budget-{uuid.uuid4().hex[:12]}/study"
-    # each job: a 10-s start-up and a little more; the estimate (resources.estimate, 15 s) fits twice in 40 s
-    study = _study(startup_delay=10, resources={"estimate": {"startup_min": 0.25, "cell_min": 0.0, "coding_min": 0}})
+    # each job: a 20-s start-up and a little more; the estimate (resources.estimate, 30 s) fits twice in 72 s and a
+    # third job cannot start before 2 x 20 s have passed, when less than 30 s is left. Under a heavy load the first
+    # job can take long enough that the second does not fit either: at least one, at most two are measured.
+    study = _study(startup_delay=20, resources={"estimate": {"startup_min": 0.5, "cell_min": 0.0, "coding_min": 0}})
     first = _workdir(tmp_path, "machine-1", study)
-    result = _run(first, f"store={store}", "budget_s=40")
+    result = _run(first, f"store={store}", "budget_s=72")
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     measured = [p for p in POINTS
                 if json.loads((first / "results" / "points" / p / "done.json").read_text())["status"] == "ok"]
     missing = sorted(set(POINTS) - set(measured))
-    assert len(measured) == 2, output[-3000:]
+    assert 1 <= len(measured) <= 2, output[-3000:]
     assert f"{len(missing)} job(s) not started within the time budget" in output
     assert "Resume the study with: snakemake --cores all --configfile" in output
     summary = (first / "reports" / "optimization_summary.md").read_text()

@@ -18,7 +18,7 @@ from ddsweep.adaptive.race import race_round, settle_round
 from ddsweep.adaptive.screening import ScreenedFigure, combine, estimate, regime_scores
 from ddsweep.adaptive.selection import select, select_round, settled_leaders
 from ddsweep.adaptive.stages import job_minutes, stage_estimates
-from ddsweep.report.funnel_section import funnel_block, funnel_markdown, render_funnel
+from ddsweep.findings.funnel_section import funnel_block, funnel_markdown, render_funnel
 
 ADAPTIVE = {"sweep": {"strategy": "adaptive", "screen": {"launch_cv": 0.02}}}
 

@@ -10,7 +10,7 @@ from resultsets import drafter_bound_set, write_results
 from ddsweep.analysis.admission import admission_limits
 from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.results import load_results
-from ddsweep.report.measurement import verification_caveats
+from ddsweep.findings.measurement import verification_caveats
 
 
 def test_admission_limits_read_the_schedulers_figure_then_the_argument() -> None:

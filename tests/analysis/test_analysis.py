@@ -24,8 +24,8 @@ from ddsweep.analysis.results import (
 )
 from ddsweep.analysis.text import first_line
 from ddsweep.cli import main
-from ddsweep.report.plots import PLOTS
-from ddsweep.report.tables import overview_table, write_tables
+from ddsweep.findings.tables import overview_table, write_tables
+from ddsweep.plotting.plots import PLOTS
 
 
 def test_broken_points_are_recorded_with_reasons(tmp_path: Path) -> None:

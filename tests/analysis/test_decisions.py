@@ -8,7 +8,7 @@ import pytest
 from studies import REGIMES_CONFIG, TruePoint, build
 
 from ddsweep.analysis.decisions import Settings, analyse
-from ddsweep.report.document import build_summary
+from ddsweep.findings.summary import build_outcome
 
 SEEDS = range(100)
 MARGIN = 0.02
@@ -183,7 +183,7 @@ def test_drift_between_replicates_of_ar_is_a_caveat_with_numbers(shift: float, d
     ar = {"kind": "ar", "budget": None, "topk": None, "block_size": None, "window": None, "acceptance": None}
     points = [TruePoint("ar", decode=60.0, **ar), TruePoint("ar-end", decode=60.0 * shift, **ar),
               TruePoint("bs8-b8-t4-w2048", decode=150.0)]
-    doc = build_summary(analyse(build(points, 5, noise=0.005), settings()))
+    doc = build_outcome(analyse(build(points, 5, noise=0.005), settings())).to_json()
     caveat = next(c for c in doc["caveats"] if c["kind"] == "reference_drift")
     assert "`ar`/`ar-end`" in caveat["text"]
     latency = next(i for i in caveat["items"] if "latency" in i)

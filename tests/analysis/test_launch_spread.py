@@ -12,7 +12,7 @@ from pathlib import Path
 from studies import REGIMES_CONFIG, TruePoint, build
 
 from ddsweep.analysis.decisions import Settings, analyse
-from ddsweep.analysis.launch_spread import pooled_spread, spread_block
+from ddsweep.findings.launch_spread import pooled_spread, spread_block
 
 
 def test_the_pooled_spread_interval_covers_the_true_spread_at_its_level():

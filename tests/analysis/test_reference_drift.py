@@ -14,8 +14,8 @@ from resultsets import SynthPoint, drafter_bound_set, write_point, write_results
 from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.drift import load_reference_runs
 from ddsweep.analysis.results import load_results
-from ddsweep.report.document import build_summary
-from ddsweep.report.summarize import summarize
+from ddsweep.commands.summarize import summarize
+from ddsweep.findings.summary import build_outcome
 
 
 def write_end_run(results: Path, start: SynthPoint, host: str, factor: float, failed: bool = False) -> Path:
@@ -41,7 +41,7 @@ def reference_document(tmp_path: Path, factors: dict[str, float]) -> dict:
     settings = Settings.from_config(spec.config)
     decisions = analyse(load_results(results), settings)
     decisions.reference = load_reference_runs(results, done, settings.confidence)
-    return build_summary(decisions)
+    return build_outcome(decisions).to_json()
 
 
 @pytest.mark.parametrize(("factor", "verdict"), [(1.08, "drift"), (1.0, "within")])
@@ -72,7 +72,7 @@ def test_each_host_is_compared_and_a_failed_end_run_is_named(tmp_path):
     settings = Settings.from_config(spec.config)
     decisions = analyse(load_results(results), settings)
     decisions.reference = load_reference_runs(results, done, settings.confidence)
-    caveat = next(c for c in build_summary(decisions)["caveats"] if c["kind"] == "reference_runs")
+    caveat = next(c for c in build_outcome(decisions).caveats if c["kind"] == "reference_runs")
     verdicts = {c["host"]: c["verdict"] for c in caveat["comparisons"] if c["regime"] == "latency"}
     assert verdicts == {"gpu01": "within", "gpu02": "drift"}
     assert "No completed end-of-study run on `gpu03`" in caveat["text"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 from pathlib import Path
 
 import pytest
@@ -16,15 +18,19 @@ ALLOWED = {
     "slurm": set(),
     "console": set(),
     "figures": set(),
+    "formatting": set(),
     "store": {"storage"},
     "config": {"storage", "figures"},
     "budget": {"config"},
     "bench": {"storage", "config", "console", "figures", "coding"},
     "coding": {"storage", "config", "console"},
     "point": {"storage", "store", "budget", "config", "bench", "coding", "console", "slurm"},
-    "analysis": {"storage", "config", "coding", "figures"},
-    "report": {"storage", "config", "coding", "analysis", "slurm"},
-    "adaptive": {"storage", "config", "bench", "analysis", "report", "figures"},
+    "analysis": {"storage", "config", "coding", "figures", "formatting"},
+    "report": {"storage", "config", "analysis", "formatting"},
+    "findings": {"storage", "config", "coding", "analysis", "figures", "formatting"},
+    "plotting": {"storage", "analysis", "coding"},
+    "commands": {"storage", "config", "analysis", "findings", "report", "plotting", "slurm"},
+    "adaptive": {"storage", "config", "bench", "analysis", "findings", "report", "figures"},
     "sim": {"storage", "config", "bench", "coding"},
     "cli": set(),  # loads subcommand modules by name only (importlib), never by import statement
     "__main__": {"cli"},
@@ -64,6 +70,53 @@ def test_module_imports_only_lower_stages(module: Path) -> None:
     assert part in ALLOWED, f"{module}: new top-level part {part!r}; add it to ALLOWED with its rule"
     forbidden = ddsweep_imports(module) - ALLOWED[part] - {part}
     assert not forbidden, f"{module.relative_to(PACKAGE)} ({part}) imports {sorted(forbidden)}"
+
+
+# The analysis modules the report may import from: the decision object's types (docs/results-schema.md).
+DECISION_TYPES = {"ddsweep.analysis.outcome"}
+
+
+def analysis_imports(module: Path) -> list[tuple[str, str | None]]:
+    """Every (analysis module, name) a module imports, at any depth (name None for `import module`)."""
+    found: list[tuple[str, str | None]] = []
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, None) for alias in node.names if alias.name.startswith("ddsweep.analysis")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "ddsweep":
+                found += [(f"ddsweep.{a.name}", None) for a in node.names if a.name == "analysis"]
+            elif node.module.startswith("ddsweep.analysis"):
+                found += [(node.module, alias.name) for alias in node.names]
+    return found
+
+
+REPORT_MODULES = sorted((PACKAGE / "report").rglob("*.py"))
+
+
+@pytest.mark.parametrize("module", REPORT_MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_report_imports_only_the_decision_types_from_analysis(module: Path) -> None:
+    for source, name in analysis_imports(module):
+        assert source in DECISION_TYPES, f"{module.relative_to(PACKAGE)} imports {source} (not the decision types)"
+        assert name is not None, f"{module.relative_to(PACKAGE)} imports the module {source}, not its types"
+        assert inspect.isclass(getattr(importlib.import_module(source), name)), (
+            f"{module.relative_to(PACKAGE)} imports {source}.{name}, which is not a type")
+
+
+def test_the_decision_types_are_at_most_two_modules_of_types() -> None:
+    assert 1 <= len(DECISION_TYPES) <= 2
+    for source in DECISION_TYPES:
+        module = importlib.import_module(source)
+        functions = [n for n, v in vars(module).items()
+                     if inspect.isfunction(v) and v.__module__ == source]
+        assert not functions, f"{source} defines functions {functions}: the decision types module holds types only"
+
+
+def test_the_report_checker_sees_a_function_imported_from_analysis(tmp_path: Path) -> None:
+    module = tmp_path / "bad.py"
+    module.write_text("from ddsweep.analysis.outcome import Outcome\nfrom ddsweep.analysis.decisions import analyse\n"
+                      "def f():\n    import ddsweep.analysis.results\n")
+    assert analysis_imports(module) == [("ddsweep.analysis.outcome", "Outcome"),
+                                        ("ddsweep.analysis.decisions", "analyse"), ("ddsweep.analysis.results", None)]
 
 
 def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:

@@ -32,10 +32,10 @@ from standin import marked_processes
 
 from ddsweep import storage
 from ddsweep.analysis.results import load_results
+from ddsweep.findings.operations import failed_points_caveat
 from ddsweep.point import run as runpoint
 from ddsweep.point.lifecycle import ManagedServer, find_free_port, owned_processes
 from ddsweep.point.run import PointFailed, run_point
-from ddsweep.report.operations import failed_points_caveat
 
 NO_CODING = {"coding_eval": {"enabled": False}}
 FAST_START = ["--sim-startup-delay", "0.2"]

@@ -16,8 +16,9 @@ from resultsets import simulated_set, write_results
 from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.results import load_results
 from ddsweep.cli import main
+from ddsweep.findings.summary import build_outcome
 from ddsweep.report.bundle import MANIFEST, create_bundle, extract_bundle, verify_bundle
-from ddsweep.report.render import render_decisions
+from ddsweep.report.render import render_markdown
 from ddsweep.storage import write_text_atomic
 
 NOW = 1_750_000_000.0
@@ -31,7 +32,7 @@ def study(tmp_path: Path) -> dict[str, Path]:
     (results / "tables").mkdir()
     (results / "tables" / "points.csv").write_text("point_id,simulated\nar,True\n", encoding="utf-8")
     reports = tmp_path / "reports"
-    text = render_decisions(analyse(load_results(results), Settings.from_config(spec.config)))
+    text = render_markdown(build_outcome(analyse(load_results(results), Settings.from_config(spec.config))))
     write_text_atomic(reports / "optimization_summary.md", text)
     (reports / "plots").mkdir()
     (reports / "plots" / "pareto.png").write_bytes(b"\x89PNG\r\n\x1a\nfake")

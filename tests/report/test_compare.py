@@ -14,8 +14,10 @@ from conftest import demo_record
 from resultsets import drafter_bound_set, write_results
 
 from ddsweep.cli import main
+from ddsweep.commands.compare import StudyError, open_study
+from ddsweep.findings.comparison import command_changes, compare
 from ddsweep.report.bundle import create_bundle
-from ddsweep.report.compare import StudyError, command_changes, compare, open_study, render_compare
+from ddsweep.report.compare import render_compare
 
 # The stand-in's acceptance draws from its model unless fixed: study B's drafter accepts 2 tokens per step.
 WEAK_DRAFTER = ["--sim-accept-fixed", "2"]

@@ -16,10 +16,10 @@ from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.load_levels import schedule
 from ddsweep.analysis.results import load_results
 from ddsweep.analysis.ties import cheapest, cheapest_unbeaten, point_cost
+from ddsweep.commands.summarize import summarize
+from ddsweep.findings.launch import shell_line, without_port
+from ddsweep.plotting.plots import PLOTS, PlotData
 from ddsweep.point.lifecycle import render_server
-from ddsweep.report.launch import shell_line, without_port
-from ddsweep.report.plots import PLOTS, PlotData
-from ddsweep.report.summarize import summarize
 
 PRESETS = study_yaml()["engine"]["presets"]
 
@@ -172,7 +172,7 @@ def test_pareto_plot_has_one_curve_per_point_interval_bars_and_labelled_picks(su
 def test_caveats_that_would_change_the_decision_come_first(tmp_path: Path) -> None:
     from resultsets import broken_set, simulated_set
 
-    from ddsweep.report.first_screen import decision_block
+    from ddsweep.findings.first_screen import decision_block
 
     spec = broken_set()
     decisions = analyse(load_results(write_results(spec, tmp_path / "broken")), Settings.from_config(spec.config))
@@ -188,11 +188,12 @@ def test_caveats_that_would_change_the_decision_come_first(tmp_path: Path) -> No
 def test_a_study_that_lost_more_than_half_its_points_opens_with_what_failed(tmp_path: Path) -> None:
     from resultsets import broken_set
 
-    from ddsweep.report.render import render_decisions
+    from ddsweep.findings.summary import build_outcome
+    from ddsweep.report.render import render_markdown
 
     spec = broken_set()  # 2 of 6 points completed
     decisions = analyse(load_results(write_results(spec, tmp_path / "broken")), Settings.from_config(spec.config))
-    markdown = render_decisions(decisions)
+    markdown = render_markdown(build_outcome(decisions))
     lines = markdown.splitlines()
     opening = lines.index("## More than half of the points were lost")
     assert opening < lines.index("## Decision") and opening <= 4, lines[:8]
@@ -202,4 +203,4 @@ def test_a_study_that_lost_more_than_half_its_points_opens_with_what_failed(tmp_
     assert any(line.startswith("Next: ") for line in lines[opening:lines.index("## Decision")])
     fine = drafter_bound_set()
     decisions = analyse(load_results(write_results(fine, tmp_path / "fine")), Settings.from_config(fine.config))
-    assert render_decisions(decisions).splitlines().index("## Decision") <= 4
+    assert render_markdown(build_outcome(decisions)).splitlines().index("## Decision") <= 4

@@ -11,7 +11,7 @@ from ddsweep.config.operational import measurement_record
 from ddsweep.config.plan import format_plan, full_picks_coding_min
 from ddsweep.config.records import coding_full_record, point_record
 from ddsweep.config.study import find_point
-from ddsweep.report.full_coding import full_coding_block, recommended_points
+from ddsweep.findings.full_coding import full_coding_block, recommended_points
 
 
 def _answers(path: Path, texts: dict[str, str], passed: bool = True) -> None:

@@ -11,7 +11,7 @@ from resultsets import ResultSetSpec, drafter_bound_set, simulated_set, write_re
 
 from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.results import load_results
-from ddsweep.report.plots import PLOTS, PlotData, write_plots
+from ddsweep.plotting.plots import PLOTS, PlotData, write_plots
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from ddsweep.report.quality import cell_flags, measurement_caveat
+from ddsweep.findings.quality import cell_flags, measurement_caveat
 
 
 def _row(repeat: int, stable: bool | None, saturated: bool | None = False, stalls: int | None = 0,

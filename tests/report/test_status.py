@@ -13,7 +13,8 @@ from resultsets import SynthPoint, write_point
 from ddsweep.cli import main
 from ddsweep.config.plan import estimate_minutes, running_points
 from ddsweep.config.study import load_config
-from ddsweep.report.status import outcome_line, point_state, study_status
+from ddsweep.findings.progress import point_state, study_status
+from ddsweep.report.status import outcome_line
 from ddsweep.slurm import parse_slurm_duration as parse_elapsed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,7 +139,7 @@ def test_points_not_started_are_named_with_their_canarys_cause_and_nothing_measu
 
 
 def test_an_adaptive_studys_point_is_shown_from_its_screening_until_it_has_a_record(tmp_path):
-    from ddsweep.report.status import point_directory
+    from ddsweep.findings.progress import point_directory
 
     results = tmp_path / "results"
     _write(results / "screen/bs8-b8-t4-w2048/done.json", {"status": "ok"})

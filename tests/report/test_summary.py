@@ -25,9 +25,10 @@ from resultsets import (
 from ddsweep.analysis.decisions import Decisions, analyse
 from ddsweep.analysis.results import load_results
 from ddsweep.analysis.settings import DEFAULT_PRIORITIES, DEFAULT_REGIMES, Settings
-from ddsweep.report.document import build_summary, spread_caveat
-from ddsweep.report.render import render_decisions, render_markdown
-from ddsweep.report.summarize import SummaryResult, summarize
+from ddsweep.commands.summarize import SummaryResult, summarize
+from ddsweep.findings.caveats import spread_caveat
+from ddsweep.findings.summary import build_outcome
+from ddsweep.report.render import render_markdown
 
 
 def run(spec: ResultSetSpec, root: Path) -> tuple[SummaryResult, str]:
@@ -40,7 +41,7 @@ def run(spec: ResultSetSpec, root: Path) -> tuple[SummaryResult, str]:
 def decide(spec: ResultSetSpec, root: Path) -> tuple[Decisions, str]:
     """Write a spec and compute its decisions and summary text only (no plots, for speed)."""
     decisions = analyse(load_results(write_results(spec, root)), Settings.from_config(spec.config))
-    return decisions, render_decisions(decisions)
+    return decisions, render_markdown(build_outcome(decisions))
 
 
 @pytest.fixture(scope="module")
@@ -234,7 +235,7 @@ def test_mismatches_are_judged_against_the_ar_vs_ar_floor(tmp_path: Path) -> Non
     ar_answers = (results / "points" / "ar" / "coding" / "problems.jsonl").read_text()
     (results / "points" / "ar" / "coding" / "problems_repeat.jsonl").write_text(ar_answers)
     decisions = analyse(load_results(results), Settings.from_config(spec.config))
-    text = render_decisions(decisions)
+    text = render_markdown(build_outcome(decisions))
     n = len(spec.point("ar").coding)
     assert f"`ar` agreed with itself on {n}/{n} answers (100%)" in text
     diverging = decisions.lossless.by_point[spec.expected["diverging"]]
@@ -271,7 +272,7 @@ def test_the_configured_note_stands_under_the_title(tmp_path: Path) -> None:
     spec.config["note"] = "A CPU toy model: not a measurement."
     decisions, text = decide(spec, tmp_path)
     assert text.splitlines()[2] == "> **Note.** A CPU toy model: not a measurement."
-    assert build_summary(decisions)["note"] == "A CPU toy model: not a measurement."
+    assert build_outcome(decisions).note == "A CPU toy model: not a measurement."
     spec.config.pop("note")
     assert "**Note.**" not in decide(spec, tmp_path / "without")[1]
 
@@ -317,7 +318,8 @@ def test_render_markdown_is_deterministic(tmp_path: Path) -> None:
     spec = budget_bound_set()
     results = load_results(write_results(spec, tmp_path))
     settings = Settings.from_config(spec.config)
-    assert render_decisions(analyse(results, settings)) == render_decisions(analyse(results, settings))
+    assert render_markdown(build_outcome(analyse(results, settings))) == render_markdown(
+        build_outcome(analyse(results, settings)))
 
 
 @pytest.mark.slow  # the drafter_bound summary takes seconds of CPU

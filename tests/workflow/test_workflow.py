@@ -17,7 +17,7 @@ from configs import study_yaml
 from conftest import ROOT, copy_workflow, venv_env
 from decision_checks import check_first_screen
 
-from ddsweep.report.plots import PLOTS
+from ddsweep.plotting.plots import PLOTS
 
 
 def snakemake(workdir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-# The full HumanEval on the recommended points (coding_eval.full_on_picks; ddsweep.report.full_coding):
+# The full HumanEval on the recommended points (coding_eval.full_on_picks; ddsweep.findings.full_coding):
 # 1. checkpoint coding_picks, after every point: the points the summary recommends, as it decides them
 #    (results/coding_full/picks.json);
 # 2. coding_full: each recommended point that has not answered every problem already is launched once more with

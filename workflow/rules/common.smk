@@ -29,7 +29,8 @@ from ddsweep.point.workflow_watch import stop_point_jobs_on_sigterm
 # Snakemake answers SIGTERM by waiting for its running jobs: a point job would measure on for hours. The point jobs
 # it runs on this machine get the SIGTERM too, and record themselves as interrupted (docs/faults.md).
 stop_point_jobs_on_sigterm()
-from ddsweep.report.status import outcome_line, study_status
+from ddsweep.findings.progress import study_status
+from ddsweep.report.status import outcome_line
 
 # ddsweep's own check first: its messages name the key and the rule broken, and STUDY, which every rule reads,
 # has the schema's defaults filled. The catalog-style schema validation follows without filling defaults itself:

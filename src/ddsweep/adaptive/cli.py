@@ -18,7 +18,7 @@ from ddsweep.bench.feasibility import matrix_check, matrix_report
 from ddsweep.config.families import canaries_line
 from ddsweep.config.plan import format_plan, plan_document
 from ddsweep.config.study import ConfigError, add_config_arguments, config_from_args
-from ddsweep.report.funnel_section import render_funnel
+from ddsweep.findings.funnel_section import render_funnel
 from ddsweep.storage import write_json_atomic, write_text_atomic
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddsweep.analysis.regimes import ResolvedRegime
 from ddsweep.analysis.results import PointRecord, same_knob, window_label
-from ddsweep.analysis.text import interval_meaningful, no_interval
+from ddsweep.formatting import interval_meaningful, no_interval
 
 if TYPE_CHECKING:
     from ddsweep.analysis.decisions import Decisions

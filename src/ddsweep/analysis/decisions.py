@@ -22,8 +22,8 @@ from ddsweep.analysis.regimes import ResolvedRegime, resolve_regime
 from ddsweep.analysis.results import ResultSet, ar_point_id
 from ddsweep.analysis.settings import DEFAULT_REGIMES, Priority, Settings
 from ddsweep.analysis.statistics import Estimate, combined_difference, holm, holm_levels, mean_interval
-from ddsweep.analysis.text import interval_meaningful, no_interval
 from ddsweep.analysis.ties import cheapest_unbeaten
+from ddsweep.formatting import interval_meaningful, no_interval
 
 # Limits a priority's `slo` may carry: the per-repeat cell column and the per-request field each bounds.
 SLO_LIMITS: dict[str, str] = {

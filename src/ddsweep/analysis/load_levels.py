@@ -10,8 +10,8 @@ from typing import Any
 from ddsweep.analysis.decisions import Decisions, ratio_text, regime_outcome
 from ddsweep.analysis.regimes import Regime, resolve_regime
 from ddsweep.analysis.results import ResultSet, ar_point_id
-from ddsweep.analysis.text import interval_meaningful, no_interval
 from ddsweep.analysis.ties import RULE, cheapest
+from ddsweep.formatting import interval_meaningful, no_interval
 
 METRIC = "output_throughput_tok_s"
 

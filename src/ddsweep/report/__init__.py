@@ -1,7 +1,8 @@
-"""Stage 5, report: the analysis written for people: the summary document and its Markdown, the first screen,
-tables, plots, the adaptive funnel section, report bundles, comparison of studies, and `ddsweep status`.
+"""Stage 5, report: the decision object written for people: the Markdown summary and its first screen, report
+bundles, the comparison of studies and `ddsweep status`. Every report renders what the analysis computed and
+computes nothing of its own.
 
-May import: `ddsweep.analysis` (the decisions it writes), `ddsweep.storage`, `ddsweep.config`, `ddsweep.coding`
-(the lossless assessment of the full coding eval). Imported by `adaptive` (the funnel section) and the command
-line only; never by `analysis`.
+May import: from `ddsweep.analysis` only the decision object's types (`ddsweep.analysis.outcome`), never its
+functions; `ddsweep.formatting` (how figures are written), `ddsweep.storage`, `ddsweep.config`. Imported by
+`commands`, `adaptive` and the command line only; never by `analysis`.
 """

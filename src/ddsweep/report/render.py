@@ -1,4 +1,4 @@
-"""Write the optimization summary Markdown from the summary document (reports/summary.json) alone.
+"""Write the optimization summary Markdown from the decision object (reports/summary.json) alone.
 
 Decision sections have their own renderers; caveats and extra sections are generic blocks
 (``{"title", "text", "table", "items", "code", "text_after"}``), so new summary lines need no change here.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddsweep.analysis.decisions import Decisions
-from ddsweep.report.document import build_summary, figure_text, fmt, jsonable
-from ddsweep.report.first_screen import ratio_dict_text, render_decision
+from ddsweep.analysis.outcome import Outcome
+from ddsweep.formatting import figure_text, fmt, ratio_dict_text
+from ddsweep.report.first_screen import render_decision
 
 
 def _table(columns: list[str], rows: list[list[Any]]) -> list[str]:
@@ -39,7 +39,7 @@ def block(b: dict[str, Any], level: int = 3) -> list[str]:
     return out
 
 
-def _priorities(doc: dict[str, Any]) -> list[str]:
+def _priorities(doc: Outcome) -> list[str]:
     """The recommended default per priority, ties, limits and trade-offs."""
     out = ["## Recommended default per priority", "",
            "Each priority scores every completed point by the weighted geometric mean of its regime figures, each "
@@ -48,7 +48,7 @@ def _priorities(doc: dict[str, Any]) -> list[str]:
            "",
            "| priority | weights | leader | score | decided? | tied with | recommended | runner-up (leader vs it) |",
            "|---|---|---|---|---|---|---|---|"]
-    for p in doc["priorities"]:
+    for p in doc.priorities:
         weights = ", ".join(f"{k} {v:g}" for k, v in p["weights"].items())
         if p["slo"]:
             weights += "; limits " + ", ".join(f"{k} ≤ {v:g}" for k, v in p["slo"]["limits"].items())
@@ -62,7 +62,7 @@ def _priorities(doc: dict[str, Any]) -> list[str]:
         out.append(f"| {p['name']} | {weights} | `{p['pick']}` | {p['score']:.3f} | {decided} | {tied} "
                    f"| **`{p['recommended']}`** | {runner} |")
     out.append("")
-    for p in doc["priorities"]:
+    for p in doc.priorities:
         if p["unknown_regimes"]:
             out.append(f"- `{p['name']}` names regimes that are not defined: {', '.join(p['unknown_regimes'])} "
                        "(ignored).")
@@ -75,7 +75,7 @@ def _priorities(doc: dict[str, Any]) -> list[str]:
         for tradeoff in p["tradeoffs"]:
             out.append(f"- `{p['name']}` → `{p['recommended']}` {tradeoff}.")
     out.append("")
-    for p in doc["priorities"]:
+    for p in doc.priorities:
         if p["slo"]:
             out += _slo(p)
     return out
@@ -111,13 +111,13 @@ def _slo(p: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
-def _regimes(doc: dict[str, Any]) -> list[str]:
+def _regimes(doc: Outcome) -> list[str]:
     """The leader of each regime, its interval, its speed-up over ar and the tied set."""
-    level = doc["statistics"]["confidence"]
+    level = doc.statistics["confidence"]
     out = ["## Best point per regime", "",
            f"Figures are means of the per-repeat figures with {level:.0%} confidence intervals; speed-ups over "
            f"`ar` are ratios with their own {level:.0%} intervals. A winner is named only when it beats every other "
-           f"point by more than {doc['statistics']['equivalence_margin']:.0%} with confidence (one-sided tests, "
+           f"point by more than {doc.statistics['equivalence_margin']:.0%} with confidence (one-sided tests, "
            "Holm-corrected); otherwise the points it could not be separated from are tied with it, not losers. A "
            "ratio between a leader and another point is printed at the two-sided level matching its one-sided "
            "test (e.g. 90% for a test at 5%), so the other point counts as beaten exactly when that interval's lower "
@@ -125,7 +125,7 @@ def _regimes(doc: dict[str, Any]) -> list[str]:
            "| regime | metric at cell | winner (or leader) | figure | vs `ar` (same cell) | tied with |",
            "|---|---|---|---|---|---|"]
     notes = []
-    for r in doc["regimes"]:
+    for r in doc.regimes:
         metric = r["metric"]
         tied = ", ".join(f"`{t['point_id']}` {fmt(metric, t['figure']['value'])}" for t in r["tied"]) or "none"
         if r["leader"] is None:
@@ -143,19 +143,19 @@ def _regimes(doc: dict[str, Any]) -> list[str]:
     out.append("")
     if notes:
         out += ["Notes:", "", *notes, ""]
-    if any(r["lower_is_better"] for r in doc["regimes"]):
+    if any(r["lower_is_better"] for r in doc.regimes):
         out += ["Speed-up over `ar` is `ar`'s figure divided by the point's for lower-is-better metrics.", ""]
     return out
 
 
-def _pareto(doc: dict[str, Any]) -> list[str]:
+def _pareto(doc: Outcome) -> list[str]:
     """The latency–throughput Pareto set, with uncertainty."""
     out = ["## Latency–throughput Pareto set", ""]
-    pareto = doc["pareto"]
+    pareto = doc.pareto
     if pareto["axes"] is None:
         return [*out, "Not computed: the regimes `latency` and `throughput` are needed and one has no data.", ""]
     lat, thr = pareto["axes"]["latency"], pareto["axes"]["throughput"]
-    level = doc["statistics"]["confidence"]
+    level = doc.statistics["confidence"]
     out += [f"Points that no other point dominates with confidence on {lat['metric']} at {lat['cell_text']} and "
             f"{thr['metric']} at {thr['cell_text']}: a point is dominated only when another is, with {level:.0%} "
             f"confidence, no worse than the equivalence margin on both and better on one.", "",
@@ -172,9 +172,9 @@ def _pareto(doc: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
-def _diagnosis(doc: dict[str, Any]) -> list[str]:
+def _diagnosis(doc: Outcome) -> list[str]:
     """The acceptance verdict with its evidence and the matched series."""
-    diag = doc["diagnosis"]
+    diag = doc.diagnosis
     out = ["## Bottleneck diagnosis", "",
            f"Mean acceptance length (tokens accepted per verify step) at {diag['cell_text']}, compared only between "
            f"points that differ in one knob; a gain is material above {diag['threshold']:.0%} "
@@ -199,32 +199,27 @@ def _diagnosis(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def render_markdown(doc: dict[str, Any]) -> str:
-    """Render the optimization summary as Markdown from the summary document."""
-    out = [f"# Optimization summary: {doc['study']}", ""]
-    if doc.get("note"):
-        out += [f"> **Note.** {doc['note']}", ""]
-    if doc["simulated"]:
+def render_markdown(doc: Outcome) -> str:
+    """Render the optimization summary as Markdown from the decision object."""
+    out = [f"# Optimization summary: {doc.study}", ""]
+    if doc.note:
+        out += [f"> **Note.** {doc.note}", ""]
+    if doc.simulated:
         out += ["> **SIMULATED RESULTS.** Some or all figures below come from the simulated server, not from "
                 "real hardware. Do not use them to choose a production configuration.", ""]
-    out += render_decision(doc["decision"])
-    counts = doc["points"]["by_status"]
-    stats = doc["statistics"]
-    out += [f"{doc['points']['total']} sweep points in `{doc['results_dir']}`: "
+    out += render_decision(doc.decision)
+    counts = doc.points["by_status"]
+    stats = doc.statistics
+    out += [f"{doc.points['total']} sweep points in `{doc.results_dir}`: "
             + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ". Metrics: "
-            + "; ".join(f"`{m}` = {label}" for m, label in doc["metrics"].items()) + ".", "",
+            + "; ".join(f"`{m}` = {label}" for m, label in doc.metrics.items()) + ".", "",
             f"Statistics: {stats['method']}. Confidence level {stats['confidence']:.0%}; equivalence margin "
             f"{stats['equivalence_margin']:.0%}; at least {stats['min_repeats_for_decision']} repeats for a decision.",
             ""]
-    out += _priorities(doc) + _regimes(doc) + block(doc["load_levels"], 2) + _pareto(doc) + _diagnosis(doc)
+    out += _priorities(doc) + _regimes(doc) + block(doc.load_levels, 2) + _pareto(doc) + _diagnosis(doc)
     out += ["## Caveats found in the data", ""]
-    for caveat in doc["caveats"]:
+    for caveat in doc.caveats:
         out += block(caveat, 3)
-    for section in doc["sections"]:
+    for section in doc.sections:
         out += block(section, 2)
     return "\n".join(out).rstrip() + "\n"
-
-
-def render_decisions(decisions: Decisions) -> str:
-    """The Markdown of decisions, through the same summary document `ddsweep summarize` writes."""
-    return render_markdown(jsonable(build_summary(decisions)))

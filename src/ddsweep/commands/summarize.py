@@ -11,18 +11,16 @@ from typing import Any
 
 import yaml
 
-from ddsweep.analysis.chain import chain_section
 from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.drift import load_reference_runs
-from ddsweep.analysis.launch_spread import spread_block
-from ddsweep.analysis.results import ar_point_id, load_results
-from ddsweep.analysis.scope import ignored_caveat, study_point_ids
-from ddsweep.report.document import build_summary, jsonable
-from ddsweep.report.full_coding import full_coding_block, picks_document, recommended_points
-from ddsweep.report.funnel_section import funnel_block
-from ddsweep.report.plots import PlotData, write_plots
+from ddsweep.analysis.outcome import Outcome, SchemaError
+from ddsweep.analysis.results import load_results
+from ddsweep.analysis.scope import study_point_ids
+from ddsweep.findings.full_coding import recommended_points
+from ddsweep.findings.summary import build_outcome, picks_document
+from ddsweep.findings.tables import overview_table, write_tables
+from ddsweep.plotting.plots import PlotData, write_plots
 from ddsweep.report.render import render_markdown
-from ddsweep.report.tables import overview_table, write_tables
 from ddsweep.storage import write_json_atomic, write_text_atomic
 
 
@@ -34,7 +32,8 @@ class SummaryResult:
     plots: dict[str, Path]
     summary_path: Path
     summary_json_path: Path
-    document: dict[str, Any]
+    outcome: Outcome
+    document: dict[str, Any]  # the outcome's JSON form, as summary.json holds it
     regime_winners: dict[str, str | None]
     regime_ties: dict[str, list[str]]
     priority_picks: dict[str, str | None]
@@ -59,34 +58,33 @@ def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | Non
     decisions.reference = load_reference_runs(results_dir, reference or [], settings.confidence)
     resolved = [o.resolved for o in decisions.regimes]
     tables = write_tables(results, results_dir / "tables", overview_table(results, resolved, decisions.lossless))
-    document = jsonable(build_summary(decisions))
-    chain = chain_section(decisions)
-    if chain is not None:
-        document["sections"].insert(0, jsonable(chain))
-    picks = recommended_points(document)
+    outcome = build_outcome(decisions, coding_full)
+    picks = recommended_points(outcome.to_json())
     plot_data = PlotData(results, {r.regime.name: r for r in resolved}, decisions.pareto, decisions.lossless, picks)
     plots = write_plots(plot_data, reports_dir / "plots")
-    funnel = funnel_block(results_dir)  # an adaptive study's stages (docs/adaptive.md)
-    if funnel is not None:
-        document["sections"].append(funnel)
-    full = full_coding_block(results_dir, coding_full, ar_point_id(results), settings.confidence)
-    if full is not None:
-        document["sections"].append(full[0])
-        document["caveats"].extend(full[1])
-    document["caveats"].append(jsonable(spread_block(decisions, results_dir)))
-    ignored = ignored_caveat(results.ignored)
-    if ignored is not None:
-        document["caveats"].append(ignored)
-    json_path = write_text_atomic(reports_dir / "summary.json", json.dumps(document, indent=1) + "\n")
-    summary_path = write_text_atomic(reports_dir / "optimization_summary.md", render_markdown(document))
+    json_path, summary_path = write_summary(outcome, reports_dir)
     return SummaryResult(
-        tables=tables, plots=plots, summary_path=summary_path, summary_json_path=json_path, document=document,
+        tables=tables, plots=plots, summary_path=summary_path, summary_json_path=json_path, outcome=outcome,
+        document=outcome.to_json(),
         regime_winners={o.resolved.regime.name: o.winner for o in decisions.regimes},
         regime_ties={o.resolved.regime.name: o.tied for o in decisions.regimes},
         priority_picks={p.name: p.point_id for p in decisions.priorities},
-        recommended={e["priority"]: e["recommended"] for e in document["decision"]["priorities"]},
+        recommended={e["priority"]: e["recommended"] for e in outcome.decision["priorities"]},
         pareto=decisions.pareto, drafter_bound=decisions.diagnosis.drafter_bound, simulated=results.simulated,
     )
+
+
+def write_summary(outcome: Outcome, reports_dir: Path) -> tuple[Path, Path]:
+    """Write REPORTS_DIR/summary.json (the decision object) and the Markdown rendered from it."""
+    json_path = write_text_atomic(reports_dir / "summary.json", json.dumps(outcome.to_json(), indent=1) + "\n")
+    summary_path = write_text_atomic(reports_dir / "optimization_summary.md", render_markdown(outcome))
+    return json_path, summary_path
+
+
+def summarize_from(summary_json: Path, reports_dir: Path) -> Path:
+    """Render REPORTS_DIR/optimization_summary.md from a summary.json alone; the same file `summarize` writes."""
+    outcome = Outcome.from_json(json.loads(Path(summary_json).read_text(encoding="utf-8")))
+    return write_text_atomic(Path(reports_dir) / "optimization_summary.md", render_markdown(outcome))
 
 
 def read_inputs(command: str, config_path: str | None,
@@ -108,6 +106,16 @@ def read_inputs(command: str, config_path: str | None,
 
 def run(args: argparse.Namespace) -> int:
     """Run `ddsweep summarize` from parsed arguments; returns the exit code."""
+    if args.from_json:
+        try:
+            print(summarize_from(Path(args.from_json), Path(args.out or Path(args.from_json).parent)))
+        except (OSError, ValueError, SchemaError) as exc:
+            print(f"ddsweep summarize: cannot render {args.from_json}: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    if not args.results_dir or not args.out:
+        print("ddsweep summarize: RESULTS_DIR and --out are needed (or --from SUMMARY_JSON)", file=sys.stderr)
+        return 2
     inputs = read_inputs("summarize", args.config, args.results_dir)
     if inputs is None:
         return 2
@@ -124,9 +132,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "summarize", help="aggregate sweep results into tables, plots and the optimization summary",
         description="Aggregate RESULTS_DIR/points/* into RESULTS_DIR/tables/*.csv, REPORTS_DIR/plots/*.png "
-                    "REPORTS_DIR/summary.json and REPORTS_DIR/optimization_summary.md (rendered from summary.json).")
-    parser.add_argument("results_dir", metavar="RESULTS_DIR", help="the results directory (contains points/)")
-    parser.add_argument("--out", required=True, metavar="REPORTS_DIR", help="where plots and the summary go")
+                    "REPORTS_DIR/summary.json and REPORTS_DIR/optimization_summary.md (rendered from summary.json); "
+                    "with --from, only the Markdown, rendered from a summary.json.")
+    parser.add_argument("results_dir", nargs="?", metavar="RESULTS_DIR",
+                        help="the results directory (contains points/); not with --from")
+    parser.add_argument("--out", metavar="REPORTS_DIR",
+                        help="where plots and the summary go (with --from: default, the summary.json's directory)")
+    parser.add_argument("--from", dest="from_json", metavar="SUMMARY_JSON",
+                        help="render optimization_summary.md from this summary.json alone (the decision object), "
+                             "byte for byte what the full summarize writes")
     parser.add_argument("--config", metavar="CONFIG_YAML", help="the study config (regimes, priorities, …)")
     parser.add_argument("--reference", nargs="*", default=[], metavar="DONE_JSON",
                         help="done.json of each end-of-study reference run (results/reference/end-<host>/), "
@@ -154,7 +168,7 @@ def _picks_command(args: argparse.Namespace) -> int:
 
 
 def register_picks(subparsers: argparse._SubParsersAction) -> None:
-    """Add the `picks` subcommand (coding_eval.full_on_picks; ddsweep.report.full_coding)."""
+    """Add the `picks` subcommand (coding_eval.full_on_picks; ddsweep.findings.full_coding)."""
     parser = subparsers.add_parser("picks", help="the recommended points and the full HumanEval runs they need "
                                                  "(coding_eval.full_on_picks)")
     parser.add_argument("results", help="results directory (with points/)")

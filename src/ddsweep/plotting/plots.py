@@ -22,7 +22,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from ddsweep.analysis.coding_outcomes import LosslessResult, coding_stats  # noqa: E402
 from ddsweep.analysis.regimes import ResolvedRegime  # noqa: E402
 from ddsweep.analysis.results import METRIC_LABELS, ResultSet, ar_point_id, window_label  # noqa: E402
-from ddsweep.report.pareto_plot import gpu_count_of, operating_points, pareto_figure  # noqa: E402
+from ddsweep.plotting.pareto_plot import gpu_count_of, operating_points, pareto_figure  # noqa: E402
 
 SIMULATED_LABEL = "SIMULATED RESULTS (stand-in server, not real hardware)"
 BASELINE_KINDS = ("ar", "dflash")

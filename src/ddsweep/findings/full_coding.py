@@ -12,12 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ddsweep.analysis.decisions import Settings, analyse
-from ddsweep.analysis.results import is_truncated, load_results, read_coding_repeat
-from ddsweep.analysis.scope import study_point_ids
+from ddsweep.analysis.results import is_truncated, read_coding_repeat
 from ddsweep.coding.lossless import assess_lossless, wilson_interval
 from ddsweep.config.plan import HUMANEVAL_PROBLEMS
-from ddsweep.report.document import build_summary, jsonable
 from ddsweep.storage import read_json, read_jsonl
 
 
@@ -34,17 +31,6 @@ def answered_all(results_dir: Path, point_id: str) -> bool:
     """Whether the point's own job already answered every HumanEval problem (e.g. `ar` with full_on_ar)."""
     path = results_dir / "points" / point_id / "coding" / "problems.jsonl"
     return path.is_file() and len({r.get("task_id") for r in read_jsonl(path)}) >= HUMANEVAL_PROBLEMS
-
-
-def picks_document(results_dir: Path, config: dict[str, Any] | None, config_path: Path | None,
-                   points: list[Path] | None) -> dict[str, Any]:
-    """The recommended points, as the summary decides them, and which of them need a full HumanEval run."""
-    settings = Settings.from_config(config, config_path)
-    results = load_results(results_dir, study_point_ids(config, points), settings.confidence)
-    picks = recommended_points(jsonable(build_summary(analyse(results, settings))))
-    run = sorted(p for p in picks if not answered_all(results_dir, p))
-    return {"picks": picks, "run": run, "already_full": sorted(set(picks) - set(run)),
-            "simulated": results.simulated}
 
 
 def _rate(successes: int, trials: int, confidence: float) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from resultsets import (
 )
 
 from ddsweep.analysis.decisions import Decisions, analyse
+from ddsweep.analysis.outcome import Outcome
 from ddsweep.analysis.results import load_results
 from ddsweep.analysis.settings import DEFAULT_PRIORITIES, DEFAULT_REGIMES, Settings
 from ddsweep.commands.summarize import SummaryResult, summarize
@@ -326,7 +327,7 @@ def test_render_markdown_is_deterministic(tmp_path: Path) -> None:
 def test_markdown_is_rendered_from_summary_json_alone(drafter_bound: tuple) -> None:
     _, result, text = drafter_bound
     document = json.loads(result.summary_json_path.read_text(encoding="utf-8"))
-    assert render_markdown(document) == text
+    assert render_markdown(Outcome.from_json(document)) == text
     latency = next(r for r in document["regimes"] if r["name"] == "latency")
     assert latency["leader"] == "bs8-b8-t4-w2048" and latency["winner"] is None
     assert {t["point_id"] for t in latency["tied"]} == set(result.regime_ties["latency"])
@@ -344,7 +345,7 @@ def test_a_new_caveat_block_is_rendered_without_renderer_changes(drafter_bound: 
     document = json.loads(result.summary_json_path.read_text(encoding="utf-8"))
     document["caveats"].append({"kind": "example", "title": "Example caveat", "text": "Intro.",
                                 "items": ["first", "second"], "table": {"columns": ["a", "b"], "rows": [[1, 2]]}})
-    text = render_markdown(document)
+    text = render_markdown(Outcome.from_json(document))
     section = text.split("### Example caveat")[1].split("\n## ")[0]
     assert "Intro." in section and "- first" in section and "| 1 | 2 |" in section
 

@@ -124,6 +124,15 @@ def test_demo_summary_opens_with_the_decision_and_has_the_load_level_table(demo_
 
 
 @pytest.mark.slow
+def test_demo_summary_renders_byte_for_byte_from_its_summary_json(demo_run, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "ddsweep", "summarize", "--from", "reports/summary.json", "--out",
+                             str(tmp_path)], cwd=demo_run, env=venv_env(), capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert ((tmp_path / "optimization_summary.md").read_bytes()
+            == (demo_run / "reports" / "optimization_summary.md").read_bytes())
+
+
+@pytest.mark.slow
 def test_every_point_records_verification_environment_and_measurements(demo_run):
     point = demo_run / "results" / "points" / "bs8-b8-t4-w2048"
     for name in ("point.json", "server.log", "server_info.json", "verification.json", "environment.json",

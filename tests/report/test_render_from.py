@@ -1,0 +1,66 @@
+"""`ddsweep summarize --from summary.json` writes the Markdown the full summarize writes, byte for byte: the
+summary is a rendering of the decision object alone (for a synthetic study here, for a committed GPU record's
+store; the demo study's check is in tests/workflow/test_workflow.py)."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from resultsets import broken_set, write_results
+
+from ddsweep.analysis.outcome import Outcome, SchemaError
+from ddsweep.cli import main
+from ddsweep.commands.summarize import summarize
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU_RECORD = ROOT / "benchmarks" / "records" / "2026-12-05-gpu-check-two-machines"
+
+
+def rendered_from(summary_json: Path, out: Path) -> bytes:
+    """The Markdown `ddsweep summarize --from SUMMARY_JSON --out OUT` writes."""
+    assert main(["summarize", "--from", str(summary_json), "--out", str(out)]) == 0
+    return (out / "optimization_summary.md").read_bytes()
+
+
+def test_a_study_with_failed_points_renders_the_same_from_its_summary_json(tmp_path: Path) -> None:
+    spec = broken_set()
+    result = summarize(write_results(spec, tmp_path), tmp_path / "reports", spec.config)
+    assert result.outcome.points["by_status"].get("failed")  # failures by cause are part of what is compared
+    assert rendered_from(result.summary_json_path, tmp_path / "again") == result.summary_path.read_bytes()
+
+
+def test_summary_json_is_exactly_the_decision_object(tmp_path: Path) -> None:
+    spec = broken_set()
+    result = summarize(write_results(spec, tmp_path), tmp_path / "reports", spec.config)
+    document = json.loads(result.summary_json_path.read_text(encoding="utf-8"))
+    assert Outcome.from_json(document) == result.outcome
+    assert list(document) == list(result.outcome.to_json())
+
+
+def test_a_summary_of_another_schema_is_refused_with_the_way_out(tmp_path: Path, capsys) -> None:
+    old = tmp_path / "summary.json"
+    old.write_text(json.dumps({"schema_version": 2, "study": "x"}), encoding="utf-8")
+    with pytest.raises(SchemaError, match="schema_version 2"):
+        Outcome.from_json(json.loads(old.read_text(encoding="utf-8")))
+    assert main(["summarize", "--from", str(old), "--out", str(tmp_path / "out")]) == 2
+    assert "run `ddsweep summarize` on the results again" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "optimization_summary.md").exists()
+
+
+def test_the_gpu_records_store_summarized_again_renders_the_same_from_its_summary_json(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """The record's summary.json predates the decision object's schema: its results (store.tgz) are summarized
+    again with the study's config (the summary's reproduce section), then rendered from the new summary.json."""
+    with tarfile.open(GPU_RECORD / "store.tgz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    committed = json.loads((GPU_RECORD / "summary.json").read_text(encoding="utf-8"))
+    reproduce = next(s for s in committed["sections"] if s["kind"] == "reproduce")
+    config = yaml.safe_load(reproduce["code2"]["text"])
+    monkeypatch.chdir(tmp_path)  # the record's paths are relative to its study directory
+    result = summarize(Path("results"), Path("summarized"), config, Path("results/study_config.yaml"))
+    assert not result.simulated and result.outcome.points["total"] == committed["points"]["total"]
+    assert rendered_from(result.summary_json_path, Path("from-json")) == result.summary_path.read_bytes()

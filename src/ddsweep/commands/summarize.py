@@ -69,7 +69,7 @@ def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | Non
         regime_winners={o.resolved.regime.name: o.winner for o in decisions.regimes},
         regime_ties={o.resolved.regime.name: o.tied for o in decisions.regimes},
         priority_picks={p.name: p.point_id for p in decisions.priorities},
-        recommended={e["priority"]: e["recommended"] for e in outcome.decision["priorities"]},
+        recommended={e.priority: e.recommended for e in outcome.decision.priorities},
         pareto=decisions.pareto, drafter_bound=decisions.diagnosis.drafter_bound, simulated=results.simulated,
     )
 

@@ -151,15 +151,15 @@ def command_changes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 def picks(a: Study, b: Study) -> list[dict[str, Any]]:
     """Each priority's recommended point in A and in B, with the decision's status."""
-    side = {label: {p["priority"]: p for p in study.outcome.decision["priorities"]}
+    side = {label: {p.priority: p for p in study.outcome.decision.priorities}
             for label, study in (("a", a), ("b", b))}
     names = list(dict.fromkeys([*side["a"], *side["b"]]))
     out = []
     for name in names:
         ra, rb = side["a"].get(name), side["b"].get(name)
         out.append({"priority": name,
-                    "a": {"recommended": ra["recommended"], "status": ra["status"]} if ra else None,
-                    "b": {"recommended": rb["recommended"], "status": rb["status"]} if rb else None})
+                    "a": {"recommended": ra.recommended, "status": ra.status} if ra else None,
+                    "b": {"recommended": rb.recommended, "status": rb.status} if rb else None})
     return out
 
 

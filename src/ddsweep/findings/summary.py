@@ -18,7 +18,7 @@ from ddsweep.analysis.chain import chain_section
 from ddsweep.analysis.decisions import Decisions, RegimeOutcome, Settings, analyse, ratio_text
 from ddsweep.analysis.diagnosis import gain_text
 from ddsweep.analysis.load_levels import load_levels
-from ddsweep.analysis.outcome import SCHEMA_VERSION, Outcome
+from ddsweep.analysis.outcome import Outcome
 from ddsweep.analysis.results import KNOBS, METRIC_LABELS, ar_point_id, load_results, window_label
 from ddsweep.analysis.scope import ignored_caveat, study_point_ids
 from ddsweep.findings.caveats import caveats
@@ -156,8 +156,8 @@ def build_outcome(d: Decisions, coding_full: Path | None = None) -> Outcome:
     ignored = ignored_caveat(results.ignored)
     if ignored is not None:
         found.append(ignored)
-    return Outcome(**jsonable({
-        "schema_version": SCHEMA_VERSION, "study": s.study, "note": (s.config or {}).get("note"),
+    return Outcome.from_json(jsonable({
+        "schema_version": Outcome.VERSION, "study": s.study, "note": (s.config or {}).get("note"),
         "simulated": results.simulated, "results_dir": str(results.results_dir),
         "decision": decision_block(d, load), "points": {"total": len(results.points), "by_status": counts},
         "statistics": {"method": METHOD, "confidence": s.confidence, "equivalence_margin": s.equivalence_margin,

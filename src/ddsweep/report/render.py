@@ -126,24 +126,24 @@ def _regimes(doc: Outcome) -> list[str]:
            "|---|---|---|---|---|---|"]
     notes = []
     for r in doc.regimes:
-        metric = r["metric"]
-        tied = ", ".join(f"`{t['point_id']}` {fmt(metric, t['figure']['value'])}" for t in r["tied"]) or "none"
-        if r["leader"] is None:
+        metric = r.metric
+        tied = ", ".join(f"`{t.point_id}` {fmt(metric, t.figure['value'])}" for t in r.tied) or "none"
+        if r.leader is None:
             who = "no data"
-        elif r["winner"]:
-            who = f"**`{r['winner']}`**"
+        elif r.winner:
+            who = f"**`{r.winner}`**"
         else:
-            who = f"no single winner; leader `{r['leader']}`, recommended **`{r['recommended']}`** (cheapest)"
-        out.append(f"| {r['name']} | {metric} at {r['cell_text']} | {who} | "
-                   f"{figure_text(metric, r['figure'], level)} | {ratio_dict_text(r['speedup_vs_ar'])} | {tied} |")
-        if r["cell_note"]:
-            notes.append(f"- {r['name']}: {r['cell_note']}.")
-        if r["no_decision"] and r["leader"] is not None:
-            notes.append(f"- {r['name']}: {r['no_decision']}.")
+            who = f"no single winner; leader `{r.leader}`, recommended **`{r.recommended}`** (cheapest)"
+        out.append(f"| {r.name} | {metric} at {r.cell_text} | {who} | "
+                   f"{figure_text(metric, r.figure, level)} | {ratio_dict_text(r.speedup_vs_ar)} | {tied} |")
+        if r.cell_note:
+            notes.append(f"- {r.name}: {r.cell_note}.")
+        if r.no_decision and r.leader is not None:
+            notes.append(f"- {r.name}: {r.no_decision}.")
     out.append("")
     if notes:
         out += ["Notes:", "", *notes, ""]
-    if any(r["lower_is_better"] for r in doc.regimes):
+    if any(r.lower_is_better for r in doc.regimes):
         out += ["Speed-up over `ar` is `ar`'s figure divided by the point's for lower-is-better metrics.", ""]
     return out
 

@@ -10,8 +10,7 @@ from decision_checks import first_section
 from resultsets import drafter_bound_set, write_results
 
 from ddsweep.commands.summarize import summarize
-from ddsweep.formatting import interval_meaningful, no_interval
-from ddsweep.report.first_screen import ratio_dict_text
+from ddsweep.formatting import interval_meaningful, no_interval, ratio_dict_text
 
 
 def test_an_interval_needs_three_samples_and_a_width_below_the_figure() -> None:

@@ -29,7 +29,7 @@ def rendered_from(summary_json: Path, out: Path) -> bytes:
 def test_a_study_with_failed_points_renders_the_same_from_its_summary_json(tmp_path: Path) -> None:
     spec = broken_set()
     result = summarize(write_results(spec, tmp_path), tmp_path / "reports", spec.config)
-    assert result.outcome.points["by_status"].get("failed")  # failures by cause are part of what is compared
+    assert result.outcome.points.by_status.get("failed")  # failures by cause are part of what is compared
     assert rendered_from(result.summary_json_path, tmp_path / "again") == result.summary_path.read_bytes()
 
 
@@ -62,5 +62,5 @@ def test_the_gpu_records_store_summarized_again_renders_the_same_from_its_summar
     config = yaml.safe_load(reproduce["code2"]["text"])
     monkeypatch.chdir(tmp_path)  # the record's paths are relative to its study directory
     result = summarize(Path("results"), Path("summarized"), config, Path("results/study_config.yaml"))
-    assert not result.simulated and result.outcome.points["total"] == committed["points"]["total"]
+    assert not result.simulated and result.outcome.points.total == committed["points"]["total"]
     assert rendered_from(result.summary_json_path, Path("from-json")) == result.summary_path.read_bytes()

@@ -3,11 +3,11 @@ every report (the Markdown summary and its first screen, `ddsweep summarize --fr
 compare`). `reports/summary.json` is exactly its JSON form (docs/results-schema.md), so a report rendered from
 that file equals one rendered from the analysis.
 
-Types only: the report imports this module and nothing else from the analysis. The decision itself (picks, ties,
-gains with their intervals, launch commands, failures by cause) and the regimes are records; figures are
-JSON-shaped estimates (`{value, ci_low, ci_high, n, level}`) and caveats and sections generic blocks
-(`{kind, title, text, table, items, code, code2, text_after}`), so they read the same from memory and from the
-file.
+Types only: the report imports this module and nothing else from the analysis. The decision (picks, ties, gains
+with their intervals, launch commands, failures by cause), regimes, priorities, Pareto set and diagnosis are
+records; figures are JSON-shaped estimates (`{value, ci_low, ci_high, n, level}`), and the load levels, caveats
+and sections generic blocks (`{kind, title, text, table, items, code, code2, text_after}`, plus what a kind
+carries), so they read the same from memory and from the file.
 """
 
 from __future__ import annotations
@@ -231,6 +231,162 @@ class RegimeResult(Record):
 
 
 @dataclass
+class RunnerUp(Record):
+    """The point next to a priority's pick, with the pick's ratio over it and its score."""
+
+    point_id: str
+    pick_ratio: Json | None
+    score: float | None
+
+
+@dataclass
+class SloCheck(Record):
+    """One service-level limit at one point: meets (the interval's upper bound within it), fails or uncertain."""
+
+    limit: str
+    bound: float | None
+    status: str
+    estimate: Json | None
+
+
+@dataclass
+class SloPoint(Record):
+    """A point against every limit of a priority, with its throughput and goodput."""
+
+    meets_all: bool
+    checks: list[SloCheck]
+    requests_per_s: Json | None
+    goodput_requests_per_s: Json | None
+
+
+@dataclass
+class Slo(Record):
+    """A priority's service-level limits at their cell, every point's checks, and who does not meet each limit."""
+
+    limits: dict[str, float]
+    cell: Json | None
+    points: dict[str, SloPoint]
+    not_meeting: dict[str, list[str]]
+
+
+@dataclass
+class PriorityResult(Record):
+    """One priority's scoring: the leader (`pick`), its score, the tied set, the point recommended, the runner-up,
+    the trade-offs between recommended points and the service-level limits."""
+
+    name: str
+    weights: dict[str, float]
+    pick: str | None
+    decided: bool
+    score: float | None
+    recommended: str | None
+    tied: list[str]
+    no_decision: str | None
+    unknown_regimes: list[str]
+    runner_up: RunnerUp | None
+    tradeoffs: list[str]
+    slo: Slo | None
+
+
+@dataclass
+class PointCounts(Record):
+    """How many points the study has, by status."""
+
+    total: int
+    by_status: dict[str, int]
+
+
+@dataclass
+class Statistics(Record):
+    """How the figures and decisions were computed (docs/statistics.md)."""
+
+    method: str
+    confidence: float
+    equivalence_margin: float
+    min_repeats_for_decision: int
+    diagnosis_gain: float
+    data_source: list[str]
+
+
+@dataclass
+class ParetoAxis(Record):
+    """One axis of the Pareto set: a regime's metric at its cell."""
+
+    metric: str
+    cell_text: str
+
+
+@dataclass
+class ParetoAxes(Record):
+    """The latency and throughput axes of the Pareto set."""
+
+    latency: ParetoAxis
+    throughput: ParetoAxis
+
+
+@dataclass
+class ParetoRow(Record):
+    """A point of the Pareto set with its figure on each axis."""
+
+    point_id: str
+    latency: Json | None
+    throughput: Json | None
+
+
+@dataclass
+class Pareto(Record):
+    """The points no other dominates with confidence, and who dominates each other point; no axes when the
+    latency or throughput regime is missing."""
+
+    axes: ParetoAxes | None
+    set: list[ParetoRow]
+    dominated: dict[str, str]
+
+
+@dataclass
+class Series(Record):
+    """Acceptance along one knob with the others fixed: the gain from the lowest to the highest value."""
+
+    fixed: str
+    values: list[Any]
+    acceptance: list[float]
+    point_ids: list[str]
+    gain: Json | None
+    gain_text: str
+    top_step: Json | None
+    top_step_text: str
+    flat: list[str]
+
+
+@dataclass
+class BlockPair(Record):
+    """Two points that differ in block size only, with the acceptance gain between them."""
+
+    low: str
+    high: str
+    low_block_size: int
+    high_block_size: int
+    fixed: str
+    straddles_trained: bool
+    gain: Json | None
+    gain_text: str
+
+
+@dataclass
+class Diagnosis(Record):
+    """The acceptance verdict (drafter-bound, budget-bound, inconclusive) with its evidence."""
+
+    cell_text: str
+    verdict: str
+    text: str
+    threshold: float
+    series: dict[str, list[Series]]
+    block_pairs: list[BlockPair]
+    trained_block_size: int | None
+    trained_block_size_source: str | None
+
+
+@dataclass
 class Outcome(Record):
     """Everything a report shows of a study: the decision, regimes, priorities, load levels, Pareto set,
     diagnosis, caveats (failed points among them) and reference sections (chain comparison, platform, how to
@@ -244,14 +400,14 @@ class Outcome(Record):
     simulated: bool
     results_dir: str
     decision: Decision
-    points: Json  # {total, by_status}
-    statistics: Json  # method, confidence, equivalence margin, minimum repeats, data source
+    points: PointCounts
+    statistics: Statistics
     metrics: dict[str, str]  # the regimes' metrics and their labels
     regimes: list[RegimeResult]
     load_levels: Json  # a generic block: the best point per concurrency, with the schedule
-    priorities: list[Json]  # per priority: pick, score, tied set, runner-up, limits, trade-offs
-    pareto: Json  # the latency–throughput Pareto set and who dominates whom
-    diagnosis: Json  # the acceptance verdict with its matched series
+    priorities: list[PriorityResult]
+    pareto: Pareto
+    diagnosis: Diagnosis
     caveats: list[Json]  # generic blocks: every limit on the conclusions found in the data
     sections: list[Json]  # generic blocks: chain comparison, platform, reproduce, all points, funnel, full coding
 

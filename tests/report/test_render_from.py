@@ -4,6 +4,7 @@ store; the demo study's check is in tests/workflow/test_workflow.py)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import tarfile
 from pathlib import Path
@@ -11,10 +12,14 @@ from pathlib import Path
 import pytest
 import yaml
 from resultsets import broken_set, write_results
+from studies import REGIMES_CONFIG, TruePoint, build
 
+from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.analysis.outcome import Outcome, SchemaError
 from ddsweep.cli import main
 from ddsweep.commands.summarize import summarize
+from ddsweep.findings.summary import build_outcome
+from ddsweep.report.render import render_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_RECORD = ROOT / "benchmarks" / "records" / "2026-12-05-gpu-check-two-machines"
@@ -39,6 +44,20 @@ def test_summary_json_is_exactly_the_decision_object(tmp_path: Path) -> None:
     document = json.loads(result.summary_json_path.read_text(encoding="utf-8"))
     assert Outcome.from_json(document) == result.outcome
     assert list(document) == list(result.outcome.to_json())
+
+
+def test_service_level_limits_render_the_same_from_the_json_form() -> None:
+    config = copy.deepcopy(REGIMES_CONFIG)
+    config["analysis"]["priorities"] = {"interactive": {"latency": 1.0, "slo": {"ttft_p99_s": 2.0},
+                                                        "slo_cell": {"context": 128, "concurrency": 32}}}
+    points = [TruePoint("fast-but-slow-start", decode=150.0, ttft_p99=3.0),
+              TruePoint("bs8-b8-t4-w2048", decode=120.0, ttft_p99=1.0)]
+    outcome = build_outcome(analyse(build(points, 3), Settings.from_config(config)))
+    again = Outcome.from_json(json.loads(json.dumps(outcome.to_json())))
+    assert again == outcome
+    text = render_markdown(again)
+    assert text == render_markdown(outcome)
+    assert "### Service-level limits of `interactive`" in text and "fails: " in text
 
 
 def test_a_summary_of_another_schema_is_refused_with_the_way_out(tmp_path: Path, capsys) -> None:

@@ -44,7 +44,7 @@ class Record:
         return value
 
     @classmethod
-    def from_json(cls, data: Json) -> typing.Self:
+    def from_json(cls, data: Json) -> Record:
         """Read the JSON form back; SchemaError when a key without a default is missing."""
         if not isinstance(data, dict):
             raise SchemaError(f"{cls.__name__}: expected an object, found {type(data).__name__}")

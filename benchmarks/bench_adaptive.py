@@ -52,7 +52,14 @@ from ddsweep.adaptive.race import race_round
 from ddsweep.adaptive.refinement import resolve_point
 from ddsweep.adaptive.screening import estimate
 from ddsweep.adaptive.selection import select_round
-from ddsweep.adaptive.stages import regime_benchmark, screen_benchmark, settle_launches
+from ddsweep.adaptive.stages import (
+    confirm_launches,
+    confirm_shares,
+    regime_benchmark,
+    running_baselines,
+    screen_benchmark,
+    settle_launches,
+)
 from ddsweep.config.plan import benchmark_cells, cell_requests, cell_share, running_points
 from ddsweep.config.points import Point
 from ddsweep.config.study import validate_config
@@ -250,8 +257,9 @@ def run_grid(config: dict, rng: random.Random, launch_cv: float) -> tuple[dict[s
 
 def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Path) -> tuple[dict[str, str], float,
                                                                                               dict[str, int]]:
-    """Screen, select, refine, select, then the confirmation race; the selections read request files as in the
-    workflow (WORKDIR/screen/<id>/, WORKDIR/confirm/<id>/launch-<k>/)."""
+    """The baselines' one launch each, screen the others, select, refine, select, then the confirmation race in
+    the grid's launches; the selections read request files as in the workflow (WORKDIR/screen/<id>/,
+    WORKDIR/confirm/<id>/launch-<k>/)."""
     import json
 
     bench, sbench = config["benchmark"], screen_benchmark(config)
@@ -270,25 +278,38 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
         write_launch(workdir / "screen" / point.point_id, records)
         minutes += job_minutes(config, sbench, False)
 
-    for point in points.values():
-        screen(point)
-    round1 = select_round(config, workdir / "screen", list(points), None)
+    baselines = set(running_baselines(config))
+    runs: dict[str, list[list[dict]]] = {}
+
+    def launch(point: Point, k: int, repeats: int, coding: bool) -> None:
+        """Launch k of a point: `repeats` repeats at one launch factor, written as one launch."""
+        nonlocal minutes
+        factor = math.exp(rng.gauss(0, launch_cv))
+        reps = [measure(config, point, bench["requests_per_cell"], factor, rng, f"confirm-repeat-{r}")
+                for r in range(repeats)]
+        runs.setdefault(point.point_id, []).extend(reps)
+        write_launch(workdir / "confirm" / point.point_id / f"launch-{k}", [r for rep in reps for r in rep])
+        minutes += job_minutes(config, {**bench, "repeats": repeats}, coding)
+
+    for point in points.values():  # the baselines once, every repeat and the coding eval; the others screened
+        if point.point_id in baselines:
+            launch(point, 0, bench["repeats"], True)
+        else:
+            screen(point)
+    round1 = select_round(config, workdir / "screen", [p for p in points if p not in baselines], None,
+                          workdir / "confirm")
     refined = {pid: resolve_point(config, pid) for pid in round1.refine}  # as the workflow screens them
     for point in refined.values():
         screen(point)
-    race = select_round(config, workdir / "screen", [], round1.to_json())
+    race = select_round(config, workdir / "screen", [], round1.to_json(), workdir / "confirm")
     all_points = {**points, **refined}
-    launch_bench = {**bench, "repeats": 1}
-    runs: dict[str, list[list[dict]]] = {}
-    entered = len(race.survivors)
-    last = bench["repeats"] - 1
-    for k in range(bench["repeats"]):
-        for pid in race.survivors:  # launch k of every point still in the race (interleaved in the workflow)
-            records = measure(config, all_points[pid], bench["requests_per_cell"],
-                              math.exp(rng.gauss(0, launch_cv)), rng, "confirm")  # every launch: repeat 0
-            runs.setdefault(pid, []).append(records)
-            write_launch(workdir / "confirm" / pid / f"launch-{k}", records)
-            minutes += job_minutes(config, launch_bench, k == last)
+    entered = len([p for p in race.survivors if p not in baselines])
+    shares = confirm_shares(config)
+    last = confirm_launches(config) - 1
+    for k in range(last + 1):
+        for pid in race.survivors:  # launch k of every candidate still in the race (interleaved in the workflow)
+            if pid not in baselines:
+                launch(all_points[pid], k, shares[k], k == last)
         if k < last:
             race = race_round(config, workdir / "screen", workdir / "confirm", race.to_json(), k)
     settle_bench, settled, k = regime_benchmark(config), 0, last

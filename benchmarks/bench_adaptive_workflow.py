@@ -11,14 +11,14 @@ Studies (`--studies`, comma-separated):
   `sweep.strategy: grid` (so both use the adaptive demo's stand-in, 2% launch noise).
 - `drift-all`: drift-18 with benchmarks/studies/drift-all.yaml over it: every screening cell drifts.
 
-Per run it prints the point jobs' time (the sum of `duration_s` over every launch's status.json or failure.json:
-the grid's launches; the adaptive study's screening, confirmation and settling launches), the adaptive funnel
-(screening cells that did not settle, points screened, kept, dropped by each rule, confirmed) and each priority's
-pick and recommended point from reports/summary.json. The `latency_first` pick is scored against the truth: the
-stand-in's model without noise or drift (`ddsweep.sim.model`, with the launcher's `--sim-*` parameters) gives each
-point's median decode speed at the latency regime's cell, simulated request by request as its scheduler runs at
-batch 1 (the first token after prefill, then one verify step of `step_time_s` per draw of accepted tokens); the pick
-is compared with the best of the grid's running points.
+Per run it prints the point jobs' time (the sum of `duration_s` over every launch's status.json or failure.json: the
+grid's launches; the adaptive study's screening, confirmation and settling launches; in both, the baselines' apart),
+the adaptive funnel (screening cells that did not settle, points screened, kept, dropped by each rule, confirmed)
+and each priority's pick and recommended point from reports/summary.json. The `latency_first` pick is scored against
+the truth: the stand-in's model without noise or drift (`ddsweep.sim.model`, with the launcher's `--sim-*`
+parameters) gives each point's median decode speed at the latency regime's cell, simulated request by request as its
+scheduler runs at batch 1 (the first token after prefill, then one verify step of `step_time_s` per draw of accepted
+tokens); the pick is compared with the best of the grid's running points.
 
 `--strategies grid,adaptive,grid-settled,adaptive-settled` adds both with every cell taken as settled
 (`benchmark.stability_tolerance: 100`: each cell stops at its minimum window and no figure is unsettled), a
@@ -114,14 +114,17 @@ def run_study(workdir: Path, files: list[str], cores: int) -> float:
 
 
 def job_seconds(results: Path) -> dict[str, float]:
-    """Point-job seconds per stage: the grid's launches, the adaptive study's screening and confirmation launches."""
+    """Point-job seconds per stage: the grid's launches (its baselines' apart), the adaptive study's baselines' one
+    launch each, screening and confirmation launches."""
     out: dict[str, float] = {}
     for stage, pattern in (("grid", "launches/*/launch-*"), ("screen", "screen/*"), ("confirm", "confirm/*/launch-*")):
         for directory in results.glob(pattern):
+            point = directory.parent.name if stage != "screen" else directory.name
+            key = "baselines" if point == "ar" or point.startswith("dflash") else stage
             for name in ("status.json", "failure.json"):
                 if (directory / name).exists():
                     duration = json.loads((directory / name).read_text()).get("duration_s") or 0.0
-                    out[stage] = out.get(stage, 0.0) + float(duration)
+                    out[key] = out.get(key, 0.0) + float(duration)
                     break
     return out
 
@@ -139,7 +142,7 @@ def funnel_counts(workdir: Path) -> dict:
              for c in json.loads(path.read_text())["cells"]]
     doc = json.loads((results / "screen" / "funnel.json").read_text())
     return {"cells": len(cells), "unsettled_cells": sum(not c["window"]["stable"] for c in cells),
-            "screened": doc["stages"]["screen"]["points"] + doc["stages"]["refine"]["points"],
+            "screened": sum(doc["stages"].get(s, {}).get("points", 0) for s in ("baselines", "screen", "refine")),
             "unsettled_points": len(doc.get("unstable", {})), "dropped_by": doc.get("dropped_by_rule", {}),
             "entered_confirm": doc["stages"]["confirm"]["points"], "confirmed": len(doc["survivors"]),
             "settle": doc["stages"]["settle"]["points"], "cost": doc.get("cost", {})}
@@ -221,7 +224,8 @@ def report(study: str, rows: dict) -> None:
         if strategy.startswith("adaptive"):
             counts = funnel_counts(row["workdir"])
             line.append(f"  screening: {counts['unsettled_cells']} of {counts['cells']} cells did not settle; "
-                        f"{counts['unsettled_points']} of {counts['screened']} screened points unsettled somewhere; "
+                        f"{counts['unsettled_points']} of {counts['screened']} points (baselines included) unsettled "
+                        "somewhere; "
                         f"dropped by rule {counts['dropped_by'] or 'n/a'}; {counts['entered_confirm']} entered the "
                         f"confirmation, {counts['confirmed']} confirmed, {counts['settle']} settled further")
             if counts["cost"]:

@@ -83,7 +83,7 @@ def test_an_unsettled_point_40_percent_below_the_leader_is_dropped_with_its_wide
     selection = select(config, screened)
     assert selection.survivors == ["bs8-b8-t4-w2048"]
     assert selection.dropped_by == {"bs8-b4-t1-w2048": "widened band"}
-    assert "regime latency" in selection.unstable["bs8-b4-t1-w2048"]
+    assert "priority latency_first" in selection.unstable["bs8-b4-t1-w2048"]
     pattern = (r"\u2212\d+% vs best at [a-z_ ]+ \(bs8-b8-t4-w2048\), band \u2212(\d+)%\u2026\u2212(\d+)% "
                r"\(±1.64 se and ±(\d+)% unsettled\)")
     match = re.fullmatch(pattern, selection.dropped["bs8-b4-t1-w2048"])
@@ -97,14 +97,15 @@ def test_an_unsettled_point_within_5_percent_of_the_leader_is_kept_and_never_the
                     "bs8-b8-t1-w2048": [requests(82, seed=1)]}
         assert abs(_relative(config, screened, "bs8-b4-t1-w2048", "bs8-b8-t4-w2048")) <= 0.05
         selection = select(config, screened)
-        assert "bs8-b4-t1-w2048" in selection.survivors and "regime latency" in selection.unstable["bs8-b4-t1-w2048"]
-        assert selection.best["regime:latency"] == "bs8-b8-t4-w2048"  # the settled figure leads, even below it
+        assert "bs8-b4-t1-w2048" in selection.survivors
+        assert "priority latency_first" in selection.unstable["bs8-b4-t1-w2048"]
+        assert selection.best["priority:latency_first"] == "bs8-b8-t4-w2048"  # the settled figure leads
         assert selection.dropped_by == {"bs8-b8-t1-w2048": "band"}  # a settled comparison still drops
         assert "(bs8-b4-t1-w2048)" not in " ".join(selection.dropped.values())
 
 
 def test_where_no_figure_settled_the_highest_widened_lower_bound_leads():
-    config = demo_config(**ADAPTIVE)
+    config = demo_config(sweep={"strategy": "adaptive", "screen": {"launch_cv": 0.02, "select_on": "regimes"}})
     drifting = {pid: [requests(speed, seed=seed, drift=0.05)]
                 for pid, speed, seed in (("bs8-b8-t4-w2048", 100, 4), ("bs8-b4-t1-w2048", 95, 5),
                                          ("bs8-b8-t1-w2048", 40, 6))}
@@ -137,7 +138,7 @@ def test_larger_launch_noise_keeps_more_points():
 
 
 def test_a_near_tie_is_dropped_only_within_the_tolerance():
-    exact = {"sweep": {"strategy": "adaptive", "screen": {"launch_cv": 0.0}}}
+    exact = {"sweep": {"strategy": "adaptive", "screen": {"launch_cv": 0.0, "select_on": "regimes"}}}
     screened = {"bs8-b8-t4-w2048": [requests(100, n=64, spread=0.001)],
                 "bs8-b4-t1-w2048": [requests(99.8, n=64, spread=0.001, seed=1)]}
     assert "bs8-b4-t1-w2048" in select(demo_config(**exact), screened).dropped  # default tolerance 1%
@@ -162,22 +163,23 @@ def _write_screen(root: Path, point_id: str, records: list[dict], minutes: float
 
 
 def test_the_race_drops_after_each_launch_keeps_baselines_and_points_without_a_completed_launch(tmp_path):
-    config = demo_config(sweep={"strategy": "adaptive",
+    config = demo_config(sweep={"strategy": "adaptive", "launches": 3,
                                 "screen": {"launch_cv": 0.04, "confidence": 0.95, "race_keep": None}})
     screen, confirm = tmp_path / "screen", tmp_path / "confirm"
     speeds = {"bs8-b8-t4-w2048": 100, "bs8-b4-t1-w2048": 93, "ar": 40, "bs8-b8-t1-w2048": 99}
-    for pid, speed in speeds.items():
-        _write_screen(screen, pid, requests(speed, seed=speed))
+    for pid, speed in speeds.items():  # the baseline's one full launch stands for its screening
+        _write_screen(confirm / pid if pid == "ar" else screen, "launch-0" if pid == "ar" else pid,
+                      requests(speed, seed=speed))
     previous = select_round(config, screen, list(speeds), None).to_json()
     assert set(previous["survivors"]) == set(speeds)  # one launch cannot separate 7% at launch_cv 0.04
     for k in range(2):
         for pid, speed in speeds.items():
-            if pid != "bs8-b8-t1-w2048":  # its confirmation launches crash: no status.json
+            if pid not in ("bs8-b8-t1-w2048", "ar"):  # its confirmation launches crash: no status.json
                 _write_screen(confirm / pid, f"launch-{k}", requests(speed, seed=speed + 1 + k))
     after_first = race_round(config, screen, confirm, previous, 0)
     after_second = race_round(config, screen, confirm, after_first.to_json(), 1)
     assert "bs8-b4-t1-w2048" in after_first.survivors
-    assert after_second.survivors == ["bs8-b8-t4-w2048", "ar", "bs8-b8-t1-w2048"]
+    assert after_second.survivors == ["bs8-b8-t4-w2048", "bs8-b8-t1-w2048", "ar"]
     assert after_second.dropped["bs8-b4-t1-w2048"].startswith("after confirmation launch 2: \u2212")
     assert [r["stage"] for r in after_second.rounds] == ["screen", "confirm launch 1", "confirm launch 2"]
     assert after_second.rounds[-1] == {"stage": "confirm launch 2", "entered": 4, "kept": 3}
@@ -209,14 +211,14 @@ def test_the_race_keeps_at_most_race_keep_plausible_points_but_the_screening_kee
 
 
 def _settling(tmp_path: Path, speeds: dict[str, list[float]], **screen) -> tuple[dict, Path]:
-    """A confirmed set (demo study, 3 configured launches) whose points' confirmation launches run at `speeds`
-    (one speed per launch), and the record of the race before the last configured launch."""
+    """A confirmed set (demo study, 3 configured launches: `sweep.launches` 3) whose points' confirmation launches
+    run at `speeds` (one speed per launch), and the record of the race before the last configured launch."""
     confirm = tmp_path / "confirm"
     for pid, per_launch in speeds.items():
         for k, speed in enumerate(per_launch):
             _write_screen(confirm / pid, f"launch-{k}", requests(speed, seed=k))
-    config = demo_config(sweep={"strategy": "adaptive", "screen": {"launch_cv": 0.03, "settle_launches": 3,
-                                                                   **screen}})
+    config = demo_config(sweep={"strategy": "adaptive", "launches": 3,
+                                "screen": {"launch_cv": 0.03, "settle_launches": 3, **screen}})
     previous = {"screened": list(speeds), "survivors": list(speeds), "dropped": {}, "best": {}, "refine": [],
                 "failed": [], "rounds": [{"stage": "confirm launch 2", "entered": 3, "kept": 3}]}
     return config, previous
@@ -290,48 +292,54 @@ def test_refinement_is_only_around_a_lead_that_settled():
 
 def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path):
     config = demo_config(sweep={"strategy": "adaptive", "refine": {"budget": 2}})
-    screen = tmp_path / "screen"
+    screen, confirm = tmp_path / "screen", tmp_path / "confirm"
     for pid, speed in (("bs8-b8-t4-w2048", 100), ("bs8-b4-t1-w2048", 60), ("bs8-b4-t4-w2048", 61),
                        ("bs8-b8-t1-w2048", 99)):
         _write_screen(screen, pid, requests(speed, seed=speed))
+    baselines = ["ar", "dflash-bs8-w2048", "dflash-nooverlap-bs8-w2048"]
+    for pid in baselines[1:]:  # each baseline's one full launch stands for its screening
+        _write_screen(confirm / pid, "launch-0", requests(50, seed=7), minutes=3.0)
+    (confirm / "ar" / "launch-0").mkdir(parents=True)  # its server exited during startup
+    (confirm / "ar" / "launch-0" / "failure.json").write_text(json.dumps({
+        "error_kind": "startup_exit", "duration_s": 0, "error": "the server exited with code 1 during startup\n"
+                                                                  "last log lines:\nTraceback"}))
     round1 = select_round(config, screen, ["bs8-b8-t4-w2048", "bs8-b4-t1-w2048", "bs8-b4-t4-w2048",
-                                           "bs8-b8-t1-w2048", "ar"], None)
+                                           "bs8-b8-t1-w2048"], None, confirm)
     assert round1.failed == ["ar"]
     assert round1.refine == ["bs8-b6-t1-w2048"]  # bs8-b6-t4 is the same chain of 6 (budget 6 <= L = 7)
     _write_screen(screen, "bs8-b6-t1-w2048", requests(104, seed=3), minutes=0.5)
-    final = select_round(config, screen, [], round1.to_json())
+    final = select_round(config, screen, [], round1.to_json(), confirm)
     assert "bs8-b6-t1-w2048" in final.survivors and "bs8-b4-t4-w2048" in final.dropped
     assert "bs8-b4-t1-w2048" in final.dropped  # round-1 reasons are kept
-    confirm = tmp_path / "confirm"
-    for pid in final.survivors:
-        for k in range(3):
+    candidates = [p for p in final.survivors if p not in baselines]
+    for pid in candidates:
+        for k in range(2):
             (confirm / pid / f"launch-{k}").mkdir(parents=True)
             (confirm / pid / f"launch-{k}" / "status.json").write_text(json.dumps({"duration_s": 120}))
-    # left by another study in the same results directory: a fourth launch, and a point this study dropped
-    for stale in (confirm / final.survivors[0] / "launch-3", confirm / "bs8-b4-t1-w2048" / "launch-0"):
+    # left by another study in the same results directory: a third launch, and a point this study dropped
+    for stale in (confirm / candidates[0] / "launch-2", confirm / "bs8-b4-t1-w2048" / "launch-0"):
         stale.mkdir(parents=True)
         (stale / "status.json").write_text(json.dumps({"duration_s": 600}))
-    (screen / "ar").mkdir()  # its screening server exited during startup
-    (screen / "ar" / "failure.json").write_text(json.dumps({
-        "error_kind": "startup_exit", "duration_s": 0, "error": "the server exited with code 1 during startup\n"
-                                                                  "last log lines:\nTraceback"}))
-    doc = funnel(final.to_json(), screen, confirm, gpus=8, launches=3)
+    doc = funnel(final.to_json(), screen, confirm, gpus=8, launches=2, baselines=baselines)
     assert doc["failures"] == {"ar": {"error_kind": "startup_exit",
                                       "reason": "the server exited with code 1 during startup"}}
     assert screen_failure(tmp_path / "missing")["error_kind"] == "no_results"
+    assert doc["stages"]["baselines"] == {"points": 2, "job_min": 6.0}  # measured once each, not screened
     assert doc["stages"]["screen"] == {"points": 4, "job_min": 4.0}
     assert doc["stages"]["refine"] == {"points": 1, "job_min": 0.5}
-    assert doc["stages"]["confirm"]["job_min"] == 6.0 * len(final.survivors)
+    assert doc["stages"]["confirm"]["job_min"] == 4.0 * len(candidates)
     raced = {**final.to_json(), "race_launches": {"bs8-b4-t1-w2048": 1}}  # had the race dropped it after launch 1
-    assert funnel(raced, screen, confirm, gpus=8, launches=3)["stages"]["confirm"]["job_min"] == (
-        6.0 * len(final.survivors) + 10.0)
+    assert funnel(raced, screen, confirm, gpus=8, launches=2, baselines=baselines)["stages"]["confirm"][
+        "job_min"] == 4.0 * len(candidates) + 10.0
     assert doc["gpu_hours"]["screen"] == 4.0 * 8 / 60
     assert doc["dropped_by_rule"] == {"band": 2, "widened band": 0, "race cap": 0}
-    # the jobs that ran in the plan's cost model: 5 screenings, 3 launches of each confirmed point and its coding eval
-    doc["cost"] = cost = cost_against_grid(config, doc, 3, tmp_path)
-    jobs, n = job_minutes(config, 0.0), len(final.survivors)
+    # the jobs that ran in the plan's cost model: 2 baseline launches, 5 screenings, 2 launches of each confirmed
+    # candidate and its coding eval
+    doc["cost"] = cost = cost_against_grid(config, doc, 2, tmp_path)
+    jobs, n = job_minutes(config, 0.0), len(candidates)
     assert cost["cells"] == 0 and cost["unsettled_share"] == 0.0  # these hand-made jobs recorded no cells.json
-    assert cost["jobs_estimate_min"] == pytest.approx(5 * jobs["screen"] + 3 * n * jobs["launch"] + n * jobs["coding"])
+    assert cost["jobs_estimate_min"] == pytest.approx(2 * jobs["baseline"] + 5 * jobs["screen"]
+                                                      + n * sum(jobs["launches"]) + n * jobs["coding"])
     grid = stage_estimates(config)["grid"]["expected_min"]
     assert cost["ratio_to_grid"] == pytest.approx(cost["jobs_estimate_min"] / grid)
     text = render_funnel(doc, simulated=True)
@@ -344,7 +352,7 @@ def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path
     (screen / "funnel.json").write_text(json.dumps({**doc, "simulated": True}))
     assert funnel_markdown(tmp_path) == text
     block = funnel_block(tmp_path)
-    assert block["table"]["rows"][0] == ["screen", 4, 4.0, round(4.0 * 8 / 60, 2)]
+    assert block["table"]["rows"][1] == ["screen", 4, 4.0, round(4.0 * 8 / 60, 2)]
     assert any(item.startswith("`bs8-b4-t1-w2048` dropped: \u2212") for item in block["items"])
     assert failed_line in block["items"]
 

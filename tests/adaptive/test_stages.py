@@ -9,6 +9,7 @@ from ddsweep.adaptive.refinement import refine_candidates, resolve_point
 from ddsweep.adaptive.stages import (
     confirm_record,
     format_stage_plan,
+    job_minutes,
     race_bound,
     race_expected,
     screen_benchmark,
@@ -25,7 +26,7 @@ def stage_plan(config: dict) -> str:
 
 
 def test_screen_record_runs_only_regime_cells_briefly_without_coding():
-    config = demo_config(sweep={"strategy": "adaptive", "screen": {"requests_per_cell": 3}})
+    config = demo_config(sweep={"strategy": "adaptive", "screen": {"requests_per_cell": 3, "select_on": "regimes"}})
     record = screen_record(config, find_point(config, "bs8-b8-t4-w2048"))
     bench = record["benchmark"]
     assert bench["contexts"] == [128, 2048] and bench["concurrency"] == [1, 8]
@@ -36,14 +37,26 @@ def test_screen_record_runs_only_regime_cells_briefly_without_coding():
     assert record["coding_eval"]["enabled"] is False
 
 
-def test_confirm_records_are_one_repeat_per_launch_and_coding_only_in_the_last():
+def test_by_default_the_screening_measures_only_the_regimes_a_priority_weighs():
     config = demo_config(sweep={"strategy": "adaptive"})
-    assert config["benchmark"]["repeats"] == 3
+    bench = screen_record(config, find_point(config, "bs8-b8-t4-w2048"))["benchmark"]
+    # latency (128, 1) and throughput (128, 8) are weighed; long_context (2048, 1) and max_acceptance are not
+    assert sorted(benchmark_cells(bench)) == [(128, 1), (128, 8)]
+
+
+def test_confirm_records_split_the_repeats_as_the_grid_and_a_baseline_runs_once():
+    config = demo_config(sweep={"strategy": "adaptive"})
+    assert config["benchmark"]["repeats"] == 3 and config["sweep"]["launches"] == 2
     point = find_point(config, "bs8-b8-t4-w2048")
-    records = [confirm_record(config, point, k) for k in range(3)]
-    assert [r["benchmark"]["repeats"] for r in records] == [1, 1, 1]
+    records = [confirm_record(config, point, k) for k in range(2)]
+    assert [r["benchmark"]["repeats"] for r in records] == [1, 2]  # the grid's launches, the smaller share first
     assert records[0]["benchmark"]["contexts"] == config["benchmark"]["contexts"]
-    assert [r["coding_eval"]["enabled"] for r in records] == [False, False, True]
+    assert [r["coding_eval"]["enabled"] for r in records] == [False, True]
+    baseline = confirm_record(config, find_point(config, "ar"), 0)
+    assert baseline["benchmark"]["repeats"] == 3 and baseline["coding_eval"]["enabled"] is True
+    assert baseline["benchmark"]["contexts"] == config["benchmark"]["contexts"] and baseline["stage"] == "baseline"
+    settling = confirm_record(config, point, 2)
+    assert settling["stage"] == "settle" and settling["coding_eval"]["enabled"] is False
 
 
 def test_refinement_adds_in_between_values_the_config_allows():
@@ -75,7 +88,8 @@ def test_unknown_ids_are_refused_with_the_known_ones():
 def test_plan_shows_each_stage_next_to_the_grid():
     config = demo_config(sweep={"strategy": "adaptive", "refine": {"budget": 2}})
     stages = stage_estimates(config)
-    assert stages["screen"]["points"] == stages["grid"]["points"] == 8
+    assert stages["screen"]["points"] + stages["baselines"]["points"] == stages["grid"]["points"] == 8
+    assert stages["baselines"]["points"] == 3  # measured once each, not screened
     assert stages["screen"]["worst_min"] < stages["grid"]["worst_min"]
     assert stages["confirm"]["expected_min"] < stages["confirm"]["worst_min"]
     text = stage_plan(config)
@@ -96,9 +110,9 @@ def test_the_race_cap_bounds_the_worst_case_confirmation():
     assert no_bound is None and bound < entering
     assert f"at most {bound} run the later confirmation launches" in stage_plan(capped_config)
     assert "every point entering the confirmation may run every confirmation launch" in stage_plan(config)
-    # all entering points run the first launch; only `bound` of them the other two and the coding eval
-    launch = (uncapped - entering * config["resources"]["estimate"]["coding_min"]) / (3 * entering)
-    assert capped == pytest.approx(uncapped - (entering - bound) * (uncapped / entering - launch))
+    # all entering points run the first launch; only `bound` of them the second and the coding eval
+    first = job_minutes(config)["launches"][0]
+    assert capped == pytest.approx(uncapped - (entering - bound) * (uncapped / entering - first))
 
 
 def test_every_refinement_point_a_selection_can_list_resolves_to_itself():
@@ -127,7 +141,7 @@ def test_the_plan_bounds_settling_by_race_keep_per_priority_and_settle_launches(
     assert "settling: none (sweep.screen.settle_launches: 0)" in plan
     assert three["worst_min"] == pytest.approx(3 * one["worst_min"])
     assert settle(race_keep=None, settle_launches=1)["points"] == stage_estimates(demo_config(
-        sweep={"strategy": "adaptive"}))["confirm"]["points"]  # without the cap, every point may settle
+        sweep={"strategy": "adaptive"}))["grid"]["points"]  # without the cap, every point may settle
     assert "settling: at most 1 launch(es) of the regime cells for at most 6 points" in stage_plan(
         demo_config(sweep={"strategy": "adaptive", "screen": {"settle_launches": 1}}))
 
@@ -141,7 +155,7 @@ def test_the_expected_confirmation_counts_race_keep_per_priority_running_the_lat
     uncapped, none, config = expected(None)
     capped, cap, _ = expected(1)
     priorities = len(config["analysis"]["priorities"])
-    assert none is None and cap == 3 + priorities  # the three baselines and one point per priority
+    assert none is None and cap == priorities  # one candidate per priority (the baselines run once)
     entering = stage_estimates(config)["grid"]["points"]  # every point survives the screening here
     assert cap < entering and capped < uncapped
     assert f"expected {cap} (race_keep per priority" in stage_plan(expected(1)[2])

@@ -62,7 +62,9 @@ def test_the_first_stage_is_where_the_first_server_launches_write():
     assert job_dirs(config, results, "ar") == [results / "launches/ar/launch-0", results / "launches/ar/launch-1"]
     assert canary_records(config, results)[0] == results / "launches/ar/launch-0/done.json"
     config = demo_config(sweep={"strategy": "adaptive"})
-    assert first_stage(config) == "screen" and job_dirs(config, results, "ar") == [results / "screen/ar"]
+    assert first_stage(config) == "screen" and job_dirs(config, results, "ar") == [results / "confirm/ar/launch-0"]
+    # a baseline is measured once, not screened: its one launch is its first job; a candidate's is its screening
+    assert job_dirs(config, results, "bs8-b8-t4-w2048") == [results / "screen/bs8-b8-t4-w2048"]
 
 
 def test_only_a_start_up_failure_on_the_machine_is_a_cause_the_build_shares(tmp_path):

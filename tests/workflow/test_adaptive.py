@@ -1,5 +1,6 @@
-"""The adaptive study end to end with real Snakemake against the stand-in: screen, select (checkpoints),
-refine, confirm with one fresh launch per repeat, the merged points summarized, the funnel; and reruns."""
+"""The adaptive study end to end with real Snakemake against the stand-in: the baselines measured once, screen,
+select (checkpoints), refine, confirm in the grid's launches, the merged points summarized, the funnel; and
+reruns."""
 
 from __future__ import annotations
 
@@ -59,41 +60,43 @@ def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by
     expected = {p.point_id for p in refine_candidates(config, around)}
     assert set(selection["refine"]) == set(round1["refine"]) == expected
     assert expected <= {"bs8-b6-t1-w2048", "bs8-b6-t4-w2048"}
-    for pid in [*selection["screened"]]:
-        assert (adaptive_run / "results" / "screen" / pid / "status.json").exists(), pid
-    # The race: launch k+1 runs for the points the selection after launch k keeps; the race record after the
-    # second launch lists the confirmed points, which alone have every launch merged into results/points/.
-    # Then settling rounds, until one leaves nothing unsettled (how many depends on timing noise): the record
-    # of the last lists the settling launches each point ran, merged as further repeats of the regime cells.
+    baselines = {"ar", "dflash-bs8-w2048", "dflash-nooverlap-bs8-w2048"}
+    for pid in selection["screened"]:  # a baseline's one full launch stands for its screening
+        job = f"confirm/{pid}/launch-0" if pid in baselines else f"screen/{pid}"
+        assert (adaptive_run / "results" / job / "status.json").exists(), pid
+    assert not any((adaptive_run / "results" / "screen" / pid).exists() for pid in baselines)
+    # The race: launch 1 (of the grid's 2) runs for the candidates the selection after launch 0 keeps; that
+    # record lists the confirmed points, which alone have every launch merged into results/points/. Then
+    # settling rounds, until one leaves nothing unsettled (how many depends on timing noise): the record of the
+    # last lists the settling launches each point ran, merged as further repeats of the regime cells.
     races = [json.loads(path.read_text()) for path in sorted((adaptive_run / "results" / "confirm").glob("race-*"))]
     assert set(races[0]["survivors"]) <= set(selection["survivors"])
-    assert set(races[1]["survivors"]) <= set(races[0]["survivors"])
-    assert {"ar", "dflash-bs8-w2048"} <= set(races[1]["survivors"])
-    assert all(race["survivors"] == races[1]["survivors"] for race in races[2:])
-    assert races[-1]["settle"] == [] and all(race["settle"] for race in races[2:-1])
+    assert {"ar", "dflash-bs8-w2048"} <= set(races[0]["survivors"])
+    assert all(race["survivors"] == races[0]["survivors"] for race in races[1:])
+    assert races[-1]["settle"] == [] and all(race["settle"] for race in races[1:-1])
     extra = races[-1]["extra_launches"]
-    entered = [selection["survivors"], races[0]["survivors"], races[1]["survivors"]]
+    entered = [selection["survivors"], [p for p in races[0]["survivors"] if p not in baselines]]
     for pid in selection["survivors"]:
         launches = sorted((adaptive_run / "results" / "confirm" / pid).glob("launch-*/status.json"))
         assert len(launches) == sum(pid in points for points in entered) + len(extra.get(pid, [])), pid
-    regime_cells = {(128, 1), (2048, 1), (128, 8)}
-    for pid in races[1]["survivors"]:
+    regime_cells = {(128, 1), (128, 8)}  # the regimes a priority weighs: latency and throughput
+    for pid in races[0]["survivors"]:
         cells = json.loads((adaptive_run / "results" / "points" / pid / "bench" / "cells.json").read_text())
         repeats = {(c["context"], c["concurrency"]): set() for c in cells["cells"]}
         for c in cells["cells"]:
             repeats[c["context"], c["concurrency"]].add(c["repeat"])
         for cell, seen in repeats.items():
-            assert seen == set(range(3 + (len(extra.get(pid, [])) if cell in regime_cells else 0))), (pid, cell)
-    assert sorted(p.name for p in (adaptive_run / "results" / "points").iterdir()) == sorted(races[1]["survivors"])
+            assert len(seen) == 3 + (len(extra.get(pid, [])) if cell in regime_cells else 0), (pid, cell)
+    assert sorted(p.name for p in (adaptive_run / "results" / "points").iterdir()) == sorted(races[0]["survivors"])
     assert [r["stage"] for r in races[-1]["rounds"]] == [
-        "screen", "refine", "confirm launch 1", "confirm launch 2",
-        *(f"settle after launch {k}" for k in range(3, len(races) + 1))]
+        "screen", "refine", "confirm launch 1", *(f"settle after launch {k}" for k in range(2, len(races) + 1))]
     selection = races[-1]
     assert not set(selection["dropped"]) & set(selection["survivors"])
     funnel = json.loads((adaptive_run / "results" / "screen" / "funnel.json").read_text())
-    assert funnel["stages"]["screen"]["points"] == 6  # the grid's 3 (budget 4, topk 4 is an alias) and 3 baselines
+    assert funnel["stages"]["screen"]["points"] == 3  # the grid's 3 (budget 4, topk 4 is an alias)
+    assert funnel["stages"]["baselines"]["points"] == 3  # measured once each, not screened
     assert funnel["stages"]["refine"]["points"] == len(selection["refine"])
-    assert funnel["stages"]["confirm"]["points"] == len(entered[0])
+    assert funnel["stages"]["confirm"]["points"] == len(entered[0]) - 3
     assert funnel["stages"]["settle"]["points"] == len(extra)
     assert funnel["survivors"] == selection["survivors"]
     assert all(stage["job_min"] > 0 for stage in funnel["stages"].values() if stage["points"])
@@ -140,7 +143,7 @@ def test_a_new_confirmation_benchmark_reruns_every_launch_and_unsettled_picks_se
     config = yaml.safe_load((adaptive_run / "changed.yaml").read_text())
     config["benchmark"]["requests_per_cell"] = 6  # the screening has its own (sweep.screen.requests_per_cell)
     (adaptive_run / "more_requests.yaml").write_text(yaml.safe_dump(config))
-    # An assumed launch variation of 100% leaves every close rival unsettled after the three configured launches,
+    # An assumed launch variation of 100% leaves every close rival unsettled after the two configured launches,
     # so each priority's leader and one rival (race_keep 2) run the one settling launch allowed.
     (adaptive_run / "settle.yaml").write_text(yaml.safe_dump(
         {"sweep": {"screen": {"launch_cv": 1.0, "settle_launches": 1}}}))
@@ -150,27 +153,27 @@ def test_a_new_confirmation_benchmark_reruns_every_launch_and_unsettled_picks_se
     output = result.stdout + result.stderr
     assert not re.search(r"^(?:local)?rule screen_point:", output, re.MULTILINE)
     ran = {k for _, k in re.findall(r"wildcards: apoint=([\w.-]+), launch=(\d+)", output)}
-    assert {"0", "1", "2", "3"} <= ran <= {"0", "1", "2", "3", "4", "5"}
+    assert {"0", "1", "2"} <= ran <= {"0", "1", "2", "3"}
     # Every launch of every confirmed point ran with the new setting: no merged point mixes old and new launches.
     confirm = adaptive_run / "results" / "confirm"
-    race = json.loads((confirm / "race-1.json").read_text())
+    race = json.loads((confirm / "race-0.json").read_text())
     for pid in race["survivors"]:
         cells = json.loads((adaptive_run / "results" / "points" / pid / "bench" / "cells.json").read_text())["cells"]
-        assert {0, 1, 2} <= {c["repeat"] for c in cells}, pid
+        assert len({c["repeat"] for c in cells if c["launch"] < 2}) == 3, pid
         assert all(c["requests"] >= max(6, c["concurrency"]) for c in cells), pid  # at least C per cell
     # The settling launch measures the regime cells only, merged as a further repeat of them.
-    first, last = (json.loads((confirm / f"race-{k}.json").read_text()) for k in (2, 3))
+    first, last = (json.loads((confirm / f"race-{k}.json").read_text()) for k in (1, 2))
     assert len(first["settle"]) >= 2 and last["settle"] == []
-    assert last["extra_launches"] == {pid: [3] for pid in first["settle"]}
-    assert all((confirm / pid / "launch-3" / "status.json").exists() for pid in first["settle"])
+    assert last["extra_launches"] == {pid: [2] for pid in first["settle"]}
+    assert all((confirm / pid / "launch-2" / "status.json").exists() for pid in first["settle"])
     for pid in last["survivors"]:
         cells = json.loads((adaptive_run / "results" / "points" / pid / "bench" / "cells.json").read_text())["cells"]
-        settled = {(c["context"], c["concurrency"]) for c in cells if c["repeat"] == 3}
-        assert settled == ({(128, 1), (2048, 1), (128, 8)} if pid in first["settle"] else set()), pid
+        settled = {(c["context"], c["concurrency"]) for c in cells if c["launch"] == 2}
+        assert settled == ({(128, 1), (128, 8)} if pid in first["settle"] else set()), pid
     funnel = json.loads((adaptive_run / "results" / "screen" / "funnel.json").read_text())
     assert funnel["stages"]["settle"]["points"] == len(first["settle"])
     assert funnel["stages"]["settle"]["job_min"] > 0
-    assert "| settle after launch 3 |" in (adaptive_run / "reports" / "adaptive_funnel.md").read_text()
+    assert "| settle after launch 2 |" in (adaptive_run / "reports" / "adaptive_funnel.md").read_text()
 
 
 @pytest.mark.slow

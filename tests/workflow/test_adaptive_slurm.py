@@ -51,18 +51,20 @@ def test_an_adaptive_study_completes_under_the_slurm_profile(slurm_run):
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     jobs = submitted(done.stdout + done.stderr)
     selection = json.loads((workdir / "results/screen/selection.json").read_text())
-    screened = len(selection["screened"])
-    assert sum(j.startswith("rule_screen_point/") for j in jobs) == screened
+    candidates = [p for p in selection["screened"] if p != "ar"]  # the baseline runs once, not screened
+    assert sum(j.startswith("rule_screen_point/") for j in jobs) == len(candidates)
     race = json.loads((workdir / "results/confirm/race-0.json").read_text())  # kept after the first launch
     assert set(race["survivors"]) <= set(selection["survivors"])
     # settling rounds (race-1, ...) would follow with sweep.screen.settle_launches; none run by default
     races = sorted((workdir / "results/confirm").glob("race-*.json"), key=lambda p: int(p.stem.split("-")[1]))
     settling = json.loads(races[-1].read_text()).get("extra_launches", {})  # none by default
     confirmations = sum(j.startswith("rule_confirm_launch/") for j in jobs)
-    assert confirmations == len(selection["survivors"]) + len(race["survivors"]) + sum(map(len, settling.values()))
+    raced = [p for p in race["survivors"] if p != "ar"]  # the baseline's one launch is its launch 0
+    assert confirmations == len(selection["survivors"]) + len(raced) + sum(map(len, settling.values()))
     assert not [j for j in jobs if not j.startswith(("rule_screen_point/", "rule_confirm_launch/"))]
     for pid in race["survivors"]:
-        launch = json.loads((workdir / f"results/confirm/{pid}/launch-1/environment.json").read_text())
+        launch = json.loads((workdir / f"results/confirm/{pid}/launch-{0 if pid == 'ar' else 1}/environment.json")
+                            .read_text())
         assert launch["slurm"]["job_id"], pid
     assert (workdir / "reports/adaptive_funnel.md").exists()
     assert (workdir / "reports/optimization_summary.md").exists()

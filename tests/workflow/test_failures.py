@@ -244,6 +244,7 @@ def test_an_adaptive_study_names_screening_and_confirmation_failures_and_still_r
     study["sweep"]["points"] = [p for p in study["sweep"]["points"] if p["preset"] in ("fexit", "fcrash")]
     study["sweep"]["points"][1]["preset"] = "flate"
     study["sweep"]["strategy"] = "adaptive"
+    study["sweep"]["launches"] = 2  # two confirmation launches (the grid's, sweep.launches)
     # keep every screened point (no band excludes anything at this confidence, no cap) and no settling
     study["sweep"]["screen"] = {"requests_per_cell": 4, "confidence": 0.999999, "race_keep": None,
                                 "settle_launches": 0}
@@ -306,8 +307,8 @@ def test_a_launch_that_failed_on_the_machine_runs_again_next_time_and_joins_its_
 def test_a_screening_that_failed_on_the_machine_runs_again_next_time_and_the_study_settles(tmp_path):
     # flaky: its first start never becomes healthy (counted in the state dir), later ones serve; no retry, so its
     # screening ends persisted; the next invocation screens it again and reselects without repeating launches.
-    sweep = {"strategy": "adaptive", "screen": {"requests_per_cell": 4, "confidence": 0.999999, "race_keep": None,
-                                                "settle_launches": 0}}
+    sweep = {"strategy": "adaptive", "launches": 2,
+             "screen": {"requests_per_cell": 4, "confidence": 0.999999, "race_keep": None, "settle_launches": 0}}
     workdir = _flaky_study(tmp_path, sweep, repeats=2)
     point = "flaky-bs8-b8-t4-w2048"
     screened = workdir / "results/screen" / point / "done.json"

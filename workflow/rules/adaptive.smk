@@ -1,11 +1,12 @@
 # Adaptive study (sweep.strategy: adaptive; docs/adaptive.md). Instead of running every point in full:
-# 1. screen_point: every configured point, briefly (regime cells, few requests, one launch, no coding eval),
-#    under results/screen/<id>/;
+# 1. screen_point: every configured point but the baselines, briefly (the selected regimes' cells, few requests,
+#    one launch, no coding eval), under results/screen/<id>/; each baseline runs once, its confirmation launch 0
+#    with every repeat and the coding eval, which stands for its screening;
 # 2. checkpoint screen_select: keep every point that could still be the best (results/screen/round1.json),
 #    listing refinement points around the survivors (sweep.refine), which are then screened too;
 # 3. checkpoint screen_final: select again among survivors and refinement points (results/screen/selection.json);
-# 4. confirm_launch: each survivor with the configured repeats, each repeat a fresh server launch
-#    (results/confirm/<id>/launch-<k>/); after launch k of every point still in the race, checkpoint
+# 4. confirm_launch: each surviving candidate in the grid's launches (sweep.launches), its repeats split across
+#    them (results/confirm/<id>/launch-<k>/); after launch k of every point still in the race, checkpoint
 #    confirm_race (results/confirm/race-<k>.json) drops the points that can no longer be the best, and launch
 #    k+1 runs for the others, so launches interleave across points; the coding eval runs in the last launch;
 #    after it, settling rounds (the same checkpoint) send each priority's leader and its unsettled rivals to
@@ -53,7 +54,7 @@ rule screen_point:
 
 checkpoint screen_select:
     input:
-        points=after_canaries(expand("results/screen/{apoint}/done.json", apoint=list(POINTS))),
+        points=after_canaries(first_selection_files()),
         config="results/study_config.yaml",
     output:
         "results/screen/round1.json",

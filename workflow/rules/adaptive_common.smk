@@ -5,12 +5,23 @@ from ddsweep.adaptive.refinement import resolve_point
 from ddsweep.adaptive.stages import (
     confirm_launches,
     confirm_record,
+    running_baselines,
+    screen_ids,
     screen_record,
     settle_launches,
 )
 
 LAUNCHES = confirm_launches(STUDY)
 SETTLE = settle_launches(STUDY)
+# measured once, in their confirmation launch 0 (every repeat, the coding eval), which stands for their screening
+BASELINES = running_baselines(STUDY)
+
+
+def first_selection_files():
+    """The inputs of the first selection: the candidates' screening markers and the baselines' one launch."""
+    return expand("results/screen/{apoint}/done.json", apoint=screen_ids(STUDY)) + expand(
+        "results/confirm/{apoint}/launch-0/done.json", apoint=BASELINES
+    )
 
 
 def adaptive_point(wildcards):
@@ -30,18 +41,23 @@ def refined_screen_files(wildcards):
 
 
 def race_points(launch):
-    """The points that run confirmation launch LAUNCH: the final selection's survivors for launch 0, then the
-    survivors of the race after the previous launch (checkpoint confirm_race); for a settling launch (after
-    the configured ones), the points the previous round left unsettled."""
+    """The points that run confirmation launch LAUNCH: the final selection's survivors for launch 0 (the
+    baselines' launch 0 ran before the selection), then the candidates the race kept after the previous launch
+    (checkpoint confirm_race; the baselines run no later launch); for a settling launch (after the configured
+    ones), the points the previous round left unsettled."""
     if launch == 0:
         return json.loads(Path(checkpoints.screen_final.get().output[0]).read_text())["survivors"]
     race = json.loads(Path(checkpoints.confirm_race.get(launch=str(launch - 1)).output[0]).read_text())
-    return race["survivors"] if launch < LAUNCHES else race["settle"]
+    if launch < LAUNCHES:
+        return [p for p in race["survivors"] if p not in BASELINES]
+    return race["settle"]
 
 
 def confirmed_points():
-    """The points that ran every confirmation launch (known once the last race checkpoint has run)."""
-    return race_points(LAUNCHES - 1)
+    """The points that ran every confirmation launch, and the baselines (known once the last race checkpoint has
+    run)."""
+    kept = [p for p in race_points(0) if p in BASELINES]
+    return list(dict.fromkeys([*kept, *race_points(LAUNCHES - 1)]))
 
 
 def confirmed_done_files(wildcards):
@@ -63,8 +79,9 @@ def final_selection(wildcards):
 
 
 def point_launch_files(wildcards):
-    """A confirmed point's launch markers: the configured launches and the settling launches it ran."""
-    launches = list(range(LAUNCHES))
+    """A confirmed point's launch markers: the configured launches (a baseline's one) and the settling launches
+    it ran."""
+    launches = [0] if wildcards.apoint in BASELINES else list(range(LAUNCHES))
     if SETTLE:
         final = json.loads(Path(final_selection(wildcards)).read_text())
         launches += final["extra_launches"].get(wildcards.apoint, [])

@@ -13,7 +13,13 @@ import yaml
 from ddsweep.adaptive.funnel import cost_against_grid, funnel
 from ddsweep.adaptive.race import race_round
 from ddsweep.adaptive.selection import select_round
-from ddsweep.adaptive.stages import chosen_strategy, confirm_launches, format_stage_plan, screen_ids
+from ddsweep.adaptive.stages import (
+    chosen_strategy,
+    confirm_launches,
+    format_stage_plan,
+    running_baselines,
+    screen_ids,
+)
 from ddsweep.bench.feasibility import matrix_check, matrix_report
 from ddsweep.config.families import canaries_line
 from ddsweep.config.plan import format_plan, plan_document
@@ -41,7 +47,7 @@ def _run_select(args: argparse.Namespace) -> int:
             return 2
         selection = race_round(config, Path(args.screen), Path(args.confirm), previous, args.launch)
     else:
-        selection = select_round(config, Path(args.screen), screen_ids(config), previous)
+        selection = select_round(config, Path(args.screen), screen_ids(config), previous, Path(args.confirm))
     write_json_atomic(args.out, {"simulated": bool(config.get("simulated")), **selection.to_json()})
     last = selection.rounds[-1] if selection.rounds else {"stage": "selection", "entered": len(selection.screened)}
     print(f"{last['stage']}: {len(selection.survivors)} of {last['entered']} point(s) kept; "
@@ -58,7 +64,7 @@ def _run_funnel(args: argparse.Namespace) -> int:
         print(f"ddsweep funnel: cannot read {args.selection} or {args.config}: {exc}", file=sys.stderr)
         return 2
     doc = funnel(selection, Path(args.screen), Path(args.confirm), config.get("resources", {}).get("gpus", 8),
-                 confirm_launches(config))
+                 confirm_launches(config), running_baselines(config))
     doc["cost"] = cost_against_grid(config, doc, confirm_launches(config), Path(args.screen).parent)
     doc["simulated"] = bool(config.get("simulated"))
     write_json_atomic(args.out, doc)

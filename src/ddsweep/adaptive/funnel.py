@@ -38,26 +38,31 @@ def screen_failure(directory: Path) -> dict:
     return {"error_kind": record.get("error_kind") or "unknown", "reason": first_line(record.get("error")) or ""}
 
 
-def funnel(selection: dict, screen_dir: Path, confirm_dir: Path, gpus: int, launches: int) -> dict:
+def funnel(selection: dict, screen_dir: Path, confirm_dir: Path, gpus: int, launches: int,
+           baselines: list[str] | None = None) -> dict:
     """How many points entered each stage, why each dropped one was dropped, and the GPU time of each stage.
-    Only the jobs of this study count: the confirmed points' `launches` configured launches, the launches of the
-    points the race dropped (`race_launches`) and the listed settling launches, so launch directories left by
-    another study in the same results directory do not."""
+    Only the jobs of this study count: the `baselines`' one launch each, the other confirmed points' `launches`
+    configured launches, the launches of the points the race dropped (`race_launches`) and the listed settling
+    launches, so launch directories left by another study in the same results directory do not."""
     screen_dir, confirm_dir = Path(screen_dir), Path(confirm_dir)
     refine = set(selection.get("refine", []))
-    grid_screened = [p for p in selection["screened"] if p not in refine]
-    ran = {**{pid: launches for pid in selection["survivors"]}, **selection.get("race_launches", {})}
+    base = [p for p in baselines or [] if p in selection["screened"]]
+    grid_screened = [p for p in selection["screened"] if p not in refine and p not in base]
+    ran = {**{pid: launches for pid in selection["survivors"] if pid not in base},
+           **selection.get("race_launches", {})}
     confirm = [confirm_dir / pid / f"launch-{k}" for pid, n in ran.items() for k in range(n)]
     settling = [confirm_dir / pid / f"launch-{k}" for pid, ks in selection.get("extra_launches", {}).items()
                 for k in ks]
     races = [r for r in selection.get("rounds", []) if r["stage"].startswith("confirm")]
-    entered_confirm = races[0]["entered"] if races else len(selection["survivors"])
-    minutes = {"screen": _status_minutes(_job_files([screen_dir / p for p in grid_screened])),
+    entered_confirm = (races[0]["entered"] if races else len(selection["survivors"])) - len(base)
+    minutes = {"baselines": _status_minutes(_job_files([confirm_dir / p / "launch-0" for p in base])),
+               "screen": _status_minutes(_job_files([screen_dir / p for p in grid_screened])),
                "refine": _status_minutes(_job_files([screen_dir / p for p in refine])),
                "confirm": _status_minutes(_job_files(confirm)),
                "settle": _status_minutes(_job_files(settling))}
     return {
         "stages": {
+            "baselines": {"points": len(base), "job_min": minutes["baselines"]},
             "screen": {"points": len(grid_screened), "job_min": minutes["screen"]},
             "refine": {"points": len(refine), "job_min": minutes["refine"]},
             "confirm": {"points": entered_confirm, "job_min": minutes["confirm"]},
@@ -68,7 +73,8 @@ def funnel(selection: dict, screen_dir: Path, confirm_dir: Path, gpus: int, laun
         "gpu_hours": {k: v * gpus / 60 for k, v in minutes.items()},
         "dropped": selection["dropped"], "dropped_by_rule": dropped_by_rule(selection),
         "failed": selection.get("failed", []),
-        "failures": {pid: screen_failure(screen_dir / pid) for pid in selection.get("failed", [])},
+        "failures": {pid: screen_failure(confirm_dir / pid / "launch-0" if pid in (baselines or [])
+                                         else screen_dir / pid) for pid in selection.get("failed", [])},
         "best_in_screening": selection.get("best", {}), "survivors": selection["survivors"],
         "unstable": selection.get("unstable", {}), "race_launches": selection.get("race_launches", {}),
         "extra_launches": selection.get("extra_launches", {}),
@@ -93,11 +99,15 @@ def cost_against_grid(config: dict, doc: dict, launches: int, results_dir: Path)
     flags = recorded_cells(results_dir)
     unsettled = flags.count(False) / len(flags) if flags else 0.0
     jobs, stages = job_minutes(config, unsettled), stage_estimates(config, unsettled)
-    confirmed = len(doc["survivors"])
-    launched = confirmed * launches + sum(doc.get("race_launches", {}).values())
+    base = doc["stages"].get("baselines", {}).get("points", 0)
+    confirmed = len(doc["survivors"]) - base
+    launched = [confirmed] * launches
+    for n in doc.get("race_launches", {}).values():
+        launched[:n] = [k + 1 for k in launched[:n]]
     settled = sum(len(ks) for ks in doc.get("extra_launches", {}).values())
     screened = doc["stages"]["screen"]["points"] + doc["stages"]["refine"]["points"]
-    ran = (screened * jobs["screen"] + launched * jobs["launch"] + confirmed * jobs["coding"]
+    ran = (base * jobs["baseline"] + screened * jobs["screen"] + confirmed * jobs["coding"]
+           + sum(n * minutes for n, minutes in zip(launched, jobs["launches"], strict=True))
            + settled * jobs["settle"])
     grid = stages["grid"]["expected_min"]
     return {"unsettled_share": unsettled, "cells": len(flags), "jobs_estimate_min": ran, "grid_estimate_min": grid,

@@ -20,7 +20,7 @@ from pathlib import Path
 from scipy import special
 
 from ddsweep import figures
-from ddsweep.adaptive.stages import primary_workload, screen_settings
+from ddsweep.adaptive.stages import primary_workload, screen_settings, selected_regimes
 from ddsweep.analysis.statistics import t_quantile
 from ddsweep.figures import METRICS, Metric, failed, whole_output_throughput
 
@@ -173,10 +173,11 @@ def window_check(config: dict) -> tuple[int, float] | None:
 
 
 def regime_scores(config: dict, launches: dict[str, list[list[dict]]]) -> dict[str, dict[str, ScreenedFigure]]:
-    """Per regime, each point's figure over its launches (higher is better: lower-is-better metrics inverted)."""
+    """Per selected regime (`selected_regimes`), each point's figure over its launches (higher is better:
+    lower-is-better metrics inverted)."""
     launch_cv, check = screen_settings(config)["launch_cv"], window_check(config)
     out: dict[str, dict[str, ScreenedFigure]] = {}
-    for regime in config.get("analysis", {}).get("regimes", []):
+    for regime in selected_regimes(config):
         metric, scores = regime["metric"], {}
         for pid, runs in launches.items():
             est = combine([e for records in runs

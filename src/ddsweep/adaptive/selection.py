@@ -1,13 +1,15 @@
 """The adaptive study's selection: which screened points could still be the best.
 
-Per regime and per priority, a point is dropped only when the band of its relative difference to the best point
-lies entirely below `sweep.screen.tolerance`; every other point survives, together with the `ar` and DFlash
-baselines. A figure whose cell did not settle keeps its evidence with a band widened by its instability, and is
-never the best at its own value: the best is the highest figure that settled, or an unsettled one only where even
-its lower bound, widened, lies above every settled figure. The same selection runs again after each confirmation
-launch but the last (the race, adaptive/race.py), on every launch of each point so far, and there keeps at most
-`sweep.screen.race_keep` of the remaining points per regime and priority, the best by their figures so far. See
-docs/adaptive.md.
+Per priority (with `sweep.screen.select_on: regimes`, per regime and priority), a point is dropped only when the
+band of its relative difference to the best point lies entirely below `sweep.screen.tolerance`; every other point
+survives, together with the `ar` and DFlash baselines (measured once, in one full launch: references that take
+part in the comparisons but are never dropped, capped or raced). A figure whose cell did not settle keeps its
+evidence with a band widened by its instability, and is never the best at its own value: the best is the highest
+figure that settled, or an unsettled one only where even its lower bound, widened, lies above every settled
+figure. The same selection runs again after each confirmation launch but the last (the race, adaptive/race.py),
+on every launch of each point so far, and there keeps at most `sweep.screen.race_keep` of the remaining
+candidates per place, the best by their figures so far: a place whose leader no rival can still beat keeps the
+leader alone. See docs/adaptive.md.
 """
 
 from __future__ import annotations
@@ -17,8 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddsweep.adaptive.refinement import refine_candidates
-from ddsweep.adaptive.screening import ScreenedFigure, load_screen, priority_scores, regime_scores, two_sided_z
-from ddsweep.adaptive.stages import baseline_ids, screen_settings
+from ddsweep.adaptive.screening import (
+    ScreenedFigure,
+    load_launch,
+    load_screen,
+    priority_scores,
+    regime_scores,
+    two_sided_z,
+)
+from ddsweep.adaptive.stages import baseline_ids, running_baselines, screen_settings, selection_places
 
 
 @dataclass
@@ -124,10 +133,12 @@ def bands(scores: dict[str, ScreenedFigure], where: str, confidence: float, best
 
 
 def _compare(scores: dict[str, ScreenedFigure], where: str, confidence: float, dropped: dict[str, Verdict],
-             tolerance: float = 0.0, keep_at_most: int | None = None) -> str | None:
+             tolerance: float = 0.0, keep_at_most: int | None = None,
+             uncapped: frozenset[str] = frozenset()) -> str | None:
     """Drop from `scores` every point whose band of the relative difference to the leader lies below +`tolerance`
     (clearly worse, or at most a near-tie), then, with `keep_at_most`, every remaining point ranked below that
-    many (the leader first, the others by figure); returns the leader. A figure whose cell did not settle keeps
+    many (the leader first, the others by figure; the `uncapped` points, the baselines, neither count nor are
+    capped); returns the leader. A figure whose cell did not settle keeps
     its evidence: its band is widened by its instability, so it is dropped only when even its widened upper bound
     lies below the leader's lower bound, and it leads only by its widened lower bound (`leader`).
     (Bonferroni-adjusted bands gave no more correct recommendations in benchmarks/bench_adaptive.py on the
@@ -138,6 +149,8 @@ def _compare(scores: dict[str, ScreenedFigure], where: str, confidence: float, d
         if verdict.point_id != verdict.best and verdict.high < tolerance:
             dropped[verdict.point_id] = verdict
             continue
+        if verdict.point_id in uncapped:
+            continue
         remaining += 1
         if keep_at_most and remaining > keep_at_most:
             verdict.rank, verdict.kept = remaining, keep_at_most
@@ -146,37 +159,35 @@ def _compare(scores: dict[str, ScreenedFigure], where: str, confidence: float, d
 
 
 def select(config: dict, launches: dict[str, list[list[dict]]], where: str = "", race: bool = False) -> Selection:
-    """Keep, per regime and priority, every point that could still be the best (in a `race` round at most
-    `sweep.screen.race_keep` of them), plus the baselines. `launches` holds per point the request records of each
-    of its launches (screening, then confirmation launches).
+    """Keep, per place (`selection_places`: each priority, or each selected regime and priority), every point
+    that could still be the best (in a `race` round at most `sweep.screen.race_keep` of them), plus the baselines.
+    `launches` holds per point the request records of each of its launches (screening, then confirmation
+    launches).
 
     A point survives if some regime or priority keeps it; its reason for being dropped is its worst comparison
     (prefixed with `where`, the stage that dropped it)."""
     settings = screen_settings(config)
     keep_at_most = settings.get("race_keep") if race else None
+    always = frozenset(baseline_ids(config))
     per_regime = regime_scores(config, launches)
+    places = selection_places(config)
+    compared = [(f"regime {n}", s) for n, s in per_regime.items() if f"regime {n}" in places]
+    compared += [(f"priority {n}", s) for n, s in priority_scores(config, per_regime).items()
+                 if f"priority {n}" in places]
     verdicts: dict[str, dict[str, Verdict]] = {}
     best: dict[str, str] = {}
     unstable: dict[str, list[str]] = {}
-    for place, scores in [*((f"regime {n}", s) for n, s in per_regime.items()),
-                          *((f"priority {n}", s) for n, s in priority_scores(config, per_regime).items())]:
+    for place, scores in compared:
         for pid, figure in scores.items():
             if figure.stable is False:
                 unstable.setdefault(pid, []).append(f"{where}{place}")
-    for name, scores in per_regime.items():
         dropped: dict[str, Verdict] = {}
-        top = _compare(scores, f"{name}", settings["confidence"], dropped, settings["tolerance"], keep_at_most)
+        kind, name = place.split(" ", 1)
+        top = _compare(scores, name if kind == "regime" else place, settings["confidence"], dropped,
+                       settings["tolerance"], keep_at_most, always)
         if top:
-            best[f"regime:{name}"] = top
-        verdicts[f"regime:{name}"] = dropped
-    for name, scores in priority_scores(config, per_regime).items():
-        dropped = {}
-        top = _compare(scores, f"priority {name}", settings["confidence"], dropped, settings["tolerance"],
-                       keep_at_most)
-        if top:
-            best[f"priority:{name}"] = top
-        verdicts[f"priority:{name}"] = dropped
-    always = set(baseline_ids(config))
+            best[f"{kind}:{name}"] = top
+        verdicts[f"{kind}:{name}"] = dropped
     survivors, reasons, rules = [], {}, {}
     for pid in launches:
         excluded = [v[pid] for v in verdicts.values() if pid in v]
@@ -189,13 +200,23 @@ def select(config: dict, launches: dict[str, list[list[dict]]], where: str = "",
                      dropped_by=rules)
 
 
-def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous: dict | None) -> Selection:
+def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous: dict | None,
+                 confirm_dir: Path | None = None) -> Selection:
     """Round 1 (previous None): select among the configured points and list refinement points around the
     screening's best points (`sweep.refine_around: best`) or all its survivors. Final round: select again among
-    round-1 survivors and the refinement points."""
-    candidates = point_ids if previous is None else list(dict.fromkeys([*previous["survivors"],
-                                                                         *previous["refine"]]))
-    requests, failed = load_screen(screen_dir, candidates)
+    round-1 survivors and the refinement points. A baseline's figures come from its one full launch
+    (CONFIRM_DIR/<id>/launch-0, default beside SCREEN_DIR), which stands for its screening."""
+    baselines = running_baselines(config)
+    candidates = ([*point_ids, *(p for p in baselines if p not in point_ids)] if previous is None
+                  else list(dict.fromkeys([*previous["survivors"], *previous["refine"]])))
+    confirm_dir = Path(confirm_dir) if confirm_dir is not None else Path(screen_dir).parent / "confirm"
+    requests, failed = load_screen(screen_dir, [p for p in candidates if p not in baselines])
+    for pid in (p for p in candidates if p in baselines):
+        records = load_launch(confirm_dir / pid / "launch-0")
+        if records is None:
+            failed.append(pid)
+        else:
+            requests[pid] = [records]
     selection = select(config, requests)
     selection.failed = failed
     stage = {"stage": "screen" if previous is None else "refine", "entered": len(candidates),

@@ -1,10 +1,11 @@
 """The adaptive study's stage plan: which points each stage runs, their job records and GPU-time plans.
 
-`sweep.strategy: adaptive` replaces the full grid by three stages: a short screening run of every point
-(regime cells only, few requests, one launch, no coding eval), a selection that keeps every point that could
-still be the best (adaptive/selection.py), an optional refinement that screens knob values between the grid's
-(`sweep.refine`, adaptive/refinement.py), and a confirmation of the survivors with the configured repeats, one
-fresh server launch per repeat.
+`sweep.strategy: adaptive` replaces the full grid by these stages: the baselines measured once (one launch of
+the full matrix with every repeat and the coding eval; they are references, not candidates, and are not screened),
+a short screening run of every other point (the selected regimes' cells only, few requests, one launch, no coding
+eval), a selection that keeps every point that could still be the best (adaptive/selection.py), an optional
+refinement that screens knob values between the grid's (`sweep.refine`, adaptive/refinement.py), and a confirmation
+of the survivors in the grid's launches (`sweep.launches`, the repeats split across them).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 from pathlib import Path
 
 from ddsweep.adaptive.refinement import refine_candidates
+from ddsweep.config.launches import launch_count, split_repeats
 from ddsweep.config.plan import (
     benchmark_cells,
     cell_share,
@@ -27,7 +29,8 @@ from ddsweep.config.records import point_record
 from ddsweep.figures import METRICS
 from ddsweep.storage import write_json_atomic
 
-STAGES = ("screen", "refine", "confirm", "settle")  # the adaptive stages, in order
+STAGES = ("baselines", "screen", "refine", "confirm", "settle")  # the adaptive stages, in order
+BASELINE_KINDS = ("ar", "dflash")  # measured once, always kept: the references of the summary's ratios
 # The share of windowed cells expected not to settle when neither sweep.screen.unsettled_share nor earlier records
 # say: the GPU records' (benchmarks/records/, H200, windows of 8-30 s): 17 of 40 cells did not settle.
 DEFAULT_UNSETTLED_SHARE = 17 / 40
@@ -118,17 +121,30 @@ def screen_settings(config: dict) -> dict:
 
 def baseline_ids(config: dict) -> list[str]:
     """Points the selection always keeps: the autoregressive and DFlash baselines."""
-    return [p.point_id for p in expand_points(config) if p.kind in ("ar", "dflash")]
+    return [p.point_id for p in expand_points(config) if p.kind in BASELINE_KINDS]
+
+
+def selected_regimes(config: dict) -> list[dict]:
+    """The regimes the selection compares and the screening measures: with `sweep.screen.select_on: priorities`
+    (the default) and priorities declared, those some priority weighs (a regime no priority weighs decides no
+    pick: its leader is reported among the confirmed points); else every regime."""
+    analysis = config.get("analysis", {})
+    regimes = analysis.get("regimes", [])
+    if screen_settings(config).get("select_on", "priorities") != "priorities" or not analysis.get("priorities"):
+        return regimes
+    weighted = {r for weights in analysis["priorities"].values() for r, w in weights.items() if w > 0}
+    return [r for r in regimes if r["name"] in weighted] or regimes
 
 
 def regime_benchmark(config: dict) -> dict:
-    """The benchmark of the regimes' cells only, on the primary workload (the one the regimes are measured on),
+    """The benchmark of the selected regimes' cells only (`selected_regimes`), on the primary workload (the one
+    the regimes are measured on),
     with the configured requests per cell and one repeat. A workload entry per regime context holds that
     context's regime concurrencies, so no cell outside the regimes runs (a long context at a high concurrency,
     say). The settling launches run it as it is; the screening with fewer requests."""
     bench = copy.deepcopy(config["benchmark"])
     cells: dict[int, set[int]] = {}
-    for regime in config.get("analysis", {}).get("regimes", []):
+    for regime in selected_regimes(config):
         cells.setdefault(regime["context"], set()).add(regime["concurrency"])
     primary = bench["workloads"][0]
     if cells:
@@ -162,23 +178,33 @@ def screen_record(config: dict, point: Point) -> dict:
 
 
 def confirm_record(config: dict, point: Point, launch: int) -> dict:
-    """The run-point record of confirmation launch `launch`: one repeat per launch; the coding eval in the last
-    configured launch, which only the points still in the race after the earlier launches reach. A settling
-    launch (after the configured ones) runs the regime cells only (`regime_benchmark`), with no coding eval."""
+    """The run-point record of confirmation launch `launch`: its share of the repeats (`confirm_shares`); the
+    coding eval in the last configured launch, which only the points still in the race after the earlier launches
+    reach. A baseline's launch 0 is its one measurement: every repeat and the coding eval. A settling launch
+    (after the configured ones) runs the regime cells only (`regime_benchmark`), with no coding eval."""
     record = point_record(config, point)
     configured = confirm_launches(config)
-    record["benchmark"] = (regime_benchmark(config) if launch >= configured
-                           else {**record["benchmark"], "repeats": 1})
-    if launch != configured - 1:
+    baseline = point.kind in BASELINE_KINDS and launch == 0
+    if launch >= configured:
+        record["benchmark"] = regime_benchmark(config)
+    elif not baseline:
+        record["benchmark"] = {**record["benchmark"], "repeats": confirm_shares(config)[launch]}
+    if launch != configured - 1 and not baseline:
         record["coding_eval"] = {**record["coding_eval"], "enabled": False}
-    record["stage"] = "confirm" if launch < configured else "settle"
+    record["stage"] = "baseline" if baseline else "confirm" if launch < configured else "settle"
     record["launch"] = launch
     return record
 
 
 def confirm_launches(config: dict) -> int:
-    """Fresh server launches per confirmed point: the configured benchmark repeats."""
-    return int(config["benchmark"].get("repeats", 3))
+    """Fresh server launches per confirmed point: the grid's (`sweep.launches`, at most one per repeat)."""
+    return launch_count(config)
+
+
+def confirm_shares(config: dict) -> list[int]:
+    """Repeats of each confirmation launch: the configured repeats split as in the grid, the smaller share first,
+    so that a point the race drops after its first launch has spent the least."""
+    return split_repeats(int(config["benchmark"].get("repeats", 3)), confirm_launches(config))[::-1]
 
 
 def settle_launches(config: dict) -> int:
@@ -187,8 +213,9 @@ def settle_launches(config: dict) -> int:
 
 
 def screen_ids(config: dict) -> list[str]:
-    """The points the screening runs: every configured point that runs (one per alias group, docs/adaptive.md)."""
-    return [p.point_id for p in running_points(config)]
+    """The points the screening runs: every configured point that runs (one per alias group, docs/adaptive.md)
+    but the baselines, whose one full launch (`confirm_record`) stands for their screening."""
+    return [p.point_id for p in running_points(config) if p.kind not in BASELINE_KINDS]
 
 
 def _max_refinements(config: dict, points: list[Point]) -> int:
@@ -197,15 +224,21 @@ def _max_refinements(config: dict, points: list[Point]) -> int:
 
 
 def windowed_regime_cells(config: dict) -> int:
-    """The distinct regime cells whose figure depends on the window settling (not acceptance)."""
-    return len({(r["context"], r["concurrency"]) for r in config.get("analysis", {}).get("regimes", [])
+    """The distinct selected regime cells whose figure depends on the window settling (not acceptance)."""
+    return len({(r["context"], r["concurrency"]) for r in selected_regimes(config)
                 if METRICS.get(r["metric"]) is None or METRICS[r["metric"]].windowed})
 
 
-def job_minutes(config: dict, unsettled: float = 0.0) -> dict[str, float]:
+def running_baselines(config: dict) -> list[str]:
+    """The baselines that run (`BASELINE_KINDS`), each measured once in its confirmation launch 0."""
+    return [p.point_id for p in running_points(config) if p.kind in BASELINE_KINDS]
+
+
+def job_minutes(config: dict, unsettled: float = 0.0) -> dict:
     """Minutes of each kind of adaptive job in the plan's cost model (`resources.estimate`), where a share
-    `unsettled` of the cells runs to its cap: a screening job, a confirmation launch, the coding eval (in the last
-    configured launch) and a settling launch."""
+    `unsettled` of the cells runs to its cap: a screening job, each confirmation launch (`launches`, its share of
+    the repeats), the coding eval (in the last configured launch), a baseline's one launch (every repeat and the
+    coding eval) and a settling launch."""
     est = config["resources"]["estimate"]
     sbench = screen_benchmark(config)
     bench = config["benchmark"]
@@ -218,81 +251,95 @@ def job_minutes(config: dict, unsettled: float = 0.0) -> dict[str, float]:
                                       sbench.get("min_window_s", 0) / 60), sbench, unsettled)
             for _, c in benchmark_cells(sbench))
 
-    one_launch = copy.deepcopy(config)
-    one_launch["benchmark"]["repeats"] = 1
-    one_launch["sweep"]["launches"] = 1  # one confirmation launch: one start-up
-    one_launch["coding_eval"] = {**config["coding_eval"], "enabled": False}
+    def one_launch(repeats: int, coding: bool) -> float:
+        """Minutes of one launch of the full matrix with `repeats` repeats (one start-up), with or without the
+        coding eval."""
+        single = copy.deepcopy(config)
+        single["benchmark"]["repeats"] = repeats
+        single["sweep"]["launches"] = 1
+        single["sweep"]["strategy"] = "grid"
+        single["coding_eval"] = {**config["coding_eval"], "enabled": coding and config["coding_eval"]["enabled"]}
+        return estimate_minutes(single, 1, unsettled)["per_point_min"]
+
     return {"screen": regime_job(sbench["requests_per_cell"]),
-            "launch": estimate_minutes(one_launch, 1, unsettled)["per_point_min"],
+            "launches": [one_launch(share, False) for share in confirm_shares(config)],
             "coding": est["coding_min"] if config["coding_eval"]["enabled"] else 0.0,
+            "baseline": one_launch(int(bench.get("repeats", 3)), True),
             "settle": regime_job(bench["requests_per_cell"])}
 
 
 def stage_estimates(config: dict, unsettled: float = 0.0) -> dict[str, dict[str, float]]:
     """Worst-case and expected job minutes of each adaptive stage, and of the full grid (the points that run),
     for `ddsweep plan`, where a share `unsettled` of the cells does not settle. Such a cell runs to its cap (in
-    both strategies), and the expected case counts every screened point with an unsettled regime cell as a
+    both strategies), and the expected case counts every screened point with an unsettled selected cell as a
     survivor: the selection drops it only when even its widened band lies below the best, which the plan does not
     count on."""
     points = running_points(config)
-    n = len(points)
+    n_base = len(running_baselines(config))
+    n = len(points) - n_base  # the candidates: every running point but the baselines
     screen_cfg = screen_settings(config)
     jobs = job_minutes(config, unsettled)
-    screen_point, launch_min, coding = jobs["screen"], jobs["launch"], jobs["coding"]
     n_refine = _max_refinements(config, points)
     fraction = screen_cfg["expected_survivors"]
-    # a screened point with an unsettled regime cell is counted as a survivor
+    # a screened point with an unsettled selected cell is counted as a survivor
     kept = 1 - (1 - unsettled) ** windowed_regime_cells(config) * (1 - fraction)
-    n_base = len(baseline_ids(config))
-    expected_survivors = min(n, n_base + kept * (n - n_base))
     in_race, expected_in_race = race_bound(config), race_expected(config)
-    launches = confirm_launches(config)
+    first, later = jobs["launches"][0], sum(jobs["launches"][1:])
 
     def confirm_min(entering: float, cap: float | None) -> float:
-        """Every entering point runs the first launch; at most `cap` (None: all) run the later ones and the
+        """Every entering candidate runs the first launch; at most `cap` (None: all) run the later ones, and the
         coding eval in the last."""
-        if launches <= 1:
-            return entering * (launch_min + coding)
-        later = entering if cap is None else min(entering, cap)
-        return entering * launch_min + later * ((launches - 1) * launch_min + coding)
+        if len(jobs["launches"]) <= 1:
+            return entering * (first + jobs["coding"])
+        going_on = entering if cap is None else min(entering, cap)
+        return entering * first + going_on * (later + jobs["coding"])
 
     keep = screen_cfg.get("race_keep")
-    settling = min(n + n_refine, keep * len(config.get("analysis", {}).get("priorities", {})) if keep
-                   else n + n_refine) if settle_launches(config) else 0
+    settling = min(n + n_base + n_refine, keep * len(config.get("analysis", {}).get("priorities", {})) if keep
+                   else n + n_base + n_refine) if settle_launches(config) else 0
     settle_min = settle_launches(config) * settling * jobs["settle"]
     # the grid as it would run: its own launches per point (sweep.launches), whatever strategy is configured
     as_grid = {**config, "sweep": {**config["sweep"], "strategy": "grid"}}
-    grid = estimate_minutes(as_grid, n, unsettled)["total_min"]
+    grid = estimate_minutes(as_grid, len(points), unsettled)["total_min"]
     return {
-        "grid": {"points": n, "worst_min": grid, "expected_min": grid},
-        "screen": {"points": n, "worst_min": n * screen_point, "expected_min": n * screen_point},
-        "refine": {"points": n_refine, "worst_min": n_refine * screen_point,
-                   "expected_min": fraction * n_refine * screen_point},
+        "grid": {"points": len(points), "worst_min": grid, "expected_min": grid},
+        "baselines": {"points": n_base, "worst_min": n_base * jobs["baseline"],
+                      "expected_min": n_base * jobs["baseline"]},
+        "screen": {"points": n, "worst_min": n * jobs["screen"], "expected_min": n * jobs["screen"]},
+        "refine": {"points": n_refine, "worst_min": n_refine * jobs["screen"],
+                   "expected_min": fraction * n_refine * jobs["screen"]},
         "confirm": {"points": n + n_refine, "worst_min": confirm_min(n + n_refine, in_race),
-                    "expected_min": confirm_min(expected_survivors + fraction * kept * n_refine,
-                                                expected_in_race)},
+                    "expected_min": confirm_min(kept * n + fraction * kept * n_refine, expected_in_race)},
         "settle": {"points": settling, "worst_min": settle_min, "expected_min": settle_min},
     }
 
 
 def race_bound(config: dict) -> int | None:
-    """Most points that can run the confirmation launches after the first: `sweep.screen.race_keep` per regime
-    and priority, plus the baselines (None: no cap)."""
+    """Most candidates that can run the confirmation launches after the first: `sweep.screen.race_keep` per
+    priority (per selected regime and priority with `select_on: regimes`; None: no cap)."""
     keep = screen_settings(config).get("race_keep")
     if not keep:
         return None
-    analysis = config.get("analysis", {})
-    return len(baseline_ids(config)) + keep * (len(analysis.get("regimes", [])) + len(analysis.get("priorities", {})))
+    return keep * len(selection_places(config))
 
 
 def race_expected(config: dict) -> int | None:
-    """Points expected to run the later confirmation launches: `sweep.screen.race_keep` per priority plus the
-    baselines, the regimes' leaders mostly being among the priorities' (None: no cap). In
-    benchmarks/bench_adaptive.py's default study this is 8; 6.5 ran them on average."""
+    """Candidates expected to run the later confirmation launches: `sweep.screen.race_keep` per priority, the
+    regimes' leaders mostly being among the priorities' (None: no cap)."""
     keep = screen_settings(config).get("race_keep")
     if not keep:
         return None
-    return len(baseline_ids(config)) + keep * len(config.get("analysis", {}).get("priorities", {}))
+    return keep * max(1, len(config.get("analysis", {}).get("priorities", {})))
+
+
+def selection_places(config: dict) -> list[str]:
+    """Where the selection compares the points: `priority NAME` for each priority with `select_on: priorities`
+    (the default) where priorities are declared, else `regime NAME` for each selected regime and each priority."""
+    analysis = config.get("analysis", {})
+    priorities = [f"priority {name}" for name in analysis.get("priorities", {})]
+    if priorities and screen_settings(config).get("select_on", "priorities") == "priorities":
+        return priorities
+    return [*(f"regime {r['name']}" for r in selected_regimes(config)), *priorities]
 
 
 def format_stage_plan(config: dict, results_dir: Path | None = None) -> list[str]:
@@ -311,9 +358,9 @@ def format_stage_plan(config: dict, results_dir: Path | None = None) -> list[str
 
     bound = race_bound(config)
     race = (f"of the points entering the confirmation, at most {bound} run the later confirmation launches "
-            "(sweep.screen.race_keep per regime and priority, plus the baselines), expected "
-            f"{race_expected(config)} (race_keep per priority, plus the baselines)" if bound is not None
-            else "every point entering the confirmation may run every confirmation launch")
+            "(sweep.screen.race_keep per place the selection compares), expected "
+            f"{race_expected(config)} (race_keep per priority); the baselines run one launch of every repeat"
+            if bound is not None else "every point entering the confirmation may run every confirmation launch")
     settle = (f"settling: at most {settle_launches(config)} launch(es) of the regime cells for at most "
               f"{stages['settle']['points']} points, counted at that bound in both columns"
               if settle_launches(config) else "settling: none (sweep.screen.settle_launches: 0)")

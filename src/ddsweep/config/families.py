@@ -15,6 +15,7 @@ from typing import Any
 
 from ddsweep.config.launches import grid_launches
 from ddsweep.config.plan import PlannedPoint, plan_points
+from ddsweep.config.points import expand_points
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,11 @@ def first_stage(config: dict) -> str:
 
 
 def job_dirs(config: dict, results_dir: Path, point_id: str) -> list[Path]:
-    """The directories of a point's first-stage jobs, the one its canary run uses first."""
+    """The directories of a point's first-stage jobs, the one its canary run uses first (an adaptive study's
+    baseline is not screened: its one confirmation launch is its first job)."""
     stage = first_stage(config)
+    if stage == "screen" and any(p.point_id == point_id and p.kind in ("ar", "dflash") for p in expand_points(config)):
+        return [results_dir / "confirm" / point_id / "launch-0"]
     if stage == "launches":
         return [results_dir / "launches" / point_id / f"launch-{k}" for k in range(grid_launches(config))]
     return [results_dir / stage / point_id]

@@ -12,19 +12,30 @@ from ddsweep.config.points import Point
 from ddsweep.config.records import point_record
 
 
-def grid_launches(config: dict) -> int:
-    """Server launches per grid point: `sweep.launches`, at most one per repeat (a one-repeat study, such as the
-    smoke study, runs one launch), and 1 for an adaptive study, whose confirmation launches are its own."""
-    if config.get("sweep", {}).get("strategy") == "adaptive":
-        return 1
+def launch_count(config: dict) -> int:
+    """Server launches a measured point's repeats are split across: `sweep.launches`, at most one per repeat (a
+    one-repeat study, such as the smoke study, runs one launch). An adaptive study's confirmation uses it too."""
     repeats = int(config.get("benchmark", {}).get("repeats", 3))
     return max(1, min(int(config.get("sweep", {}).get("launches", 2)), repeats))
 
 
-def launch_repeats(config: dict) -> list[int]:
-    """Repeats of each launch: the configured repeats split as evenly as possible, the earlier launches first."""
-    launches, repeats = grid_launches(config), int(config["benchmark"].get("repeats", 3))
+def grid_launches(config: dict) -> int:
+    """Server launches per grid point (`launch_count`), and 1 for an adaptive study, whose confirmation launches
+    are its own."""
+    if config.get("sweep", {}).get("strategy") == "adaptive":
+        return 1
+    return launch_count(config)
+
+
+def split_repeats(repeats: int, launches: int) -> list[int]:
+    """`repeats` split across `launches` as evenly as possible, the earlier launches first."""
     return [repeats // launches + (1 if k < repeats % launches else 0) for k in range(launches)]
+
+
+def launch_repeats(config: dict) -> list[int]:
+    """Repeats of each grid launch: the configured repeats split as evenly as possible, the earlier launches
+    first."""
+    return split_repeats(int(config["benchmark"].get("repeats", 3)), grid_launches(config))
 
 
 def launch_record(config: dict, point: Point, launch: int) -> dict:

@@ -147,3 +147,14 @@ def test_an_adaptive_studys_point_is_shown_from_its_screening_until_it_has_a_rec
     assert point_directory(results, "bs8-b8-t4-w2048", adaptive=False) == results / "points/bs8-b8-t4-w2048"
     _write(results / "points/bs8-b8-t4-w2048/done.json", {"status": "ok"})
     assert point_directory(results, "bs8-b8-t4-w2048", adaptive=True) == results / "points/bs8-b8-t4-w2048"
+
+
+def test_an_adaptive_studys_baseline_is_shown_from_its_one_launch_until_it_has_a_record(tmp_path):
+    from ddsweep.findings.progress import point_directory
+
+    results = tmp_path / "results"
+    assert point_directory(results, "ar", adaptive=True) == results / "points/ar"
+    _write(results / "confirm/ar/launch-0/done.json", {"status": "ok"})
+    assert point_directory(results, "ar", adaptive=True) == results / "confirm/ar/launch-0"
+    _write(results / "points/ar/done.json", {"status": "ok"})
+    assert point_directory(results, "ar", adaptive=True) == results / "points/ar"

@@ -91,10 +91,15 @@ def point_state(directory: Path, job: dict[str, Any] | None, regime: dict[str, A
 
 
 def point_directory(results_dir: Path, point_id: str, adaptive: bool) -> Path:
-    """A point's directory: its record under points/, or in an adaptive study before it has one, its screening."""
+    """A point's directory: its record under points/, or in an adaptive study before it has one, its screening (a
+    baseline's one launch, which stands for its screening)."""
     merged = results_dir / "points" / point_id
-    screened = results_dir / "screen" / point_id
-    return screened if adaptive and not merged.exists() and screened.exists() else merged
+    if not adaptive or merged.exists():
+        return merged
+    for early in (results_dir / "screen" / point_id, results_dir / "confirm" / point_id / "launch-0"):
+        if early.exists():
+            return early
+    return merged
 
 
 def spent_seconds(directory: Path) -> float:

@@ -14,8 +14,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "ddsweep"
 # What the aggregation and selection rules import: the analysis and adaptive stages and what they may import.
-ANALYSIS_SIDE = ["storage.py", "cli.py", "config", "analysis", "report", "adaptive", "coding/lossless.py",
-                 "bench/feasibility.py", "bench/workloads.py"]
+ANALYSIS_SIDE = ["storage.py", "cli.py", "formatting.py", "config", "analysis", "findings", "report", "plotting",
+                 "commands", "adaptive", "coding/lossless.py", "bench/feasibility.py", "bench/workloads.py"]
 # Import name -> distribution name, where they differ.
 DISTRIBUTION = {"yaml": "pyyaml", "matplotlib": "matplotlib-base", "numpy": "pandas"}
 

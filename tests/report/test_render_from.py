@@ -5,6 +5,7 @@ store; the demo study's check is in tests/workflow/test_workflow.py)."""
 from __future__ import annotations
 
 import copy
+import io
 import json
 import tarfile
 from pathlib import Path
@@ -22,7 +23,7 @@ from ddsweep.findings.summary import build_outcome
 from ddsweep.report.render import render_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
-GPU_RECORD = ROOT / "benchmarks" / "records" / "2026-12-05-gpu-check-two-machines"
+GPU_RECORD = ROOT / "benchmarks" / "records" / "2026-12-06-gpu-check-resumed"
 
 
 def rendered_from(summary_json: Path, out: Path) -> bytes:
@@ -72,9 +73,11 @@ def test_a_summary_of_another_schema_is_refused_with_the_way_out(tmp_path: Path,
 
 def test_the_gpu_records_store_summarized_again_renders_the_same_from_its_summary_json(tmp_path: Path,
                                                                                      monkeypatch) -> None:
-    """The record's summary.json predates the decision object's schema: its results (store.tgz) are summarized
-    again with the study's config (the summary's reproduce section), then rendered from the new summary.json."""
-    with tarfile.open(GPU_RECORD / "store.tgz") as archive:
+    """The record's summary.json predates the decision object's schema: its results (the store, in parts) are
+    summarized again with the study's config (the summary's reproduce section), then rendered from the new
+    summary.json."""
+    parts = sorted(GPU_RECORD.glob("store-check.tar.xz.part*"))
+    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r:xz") as archive:
         archive.extractall(tmp_path, filter="data")
     committed = json.loads((GPU_RECORD / "summary.json").read_text(encoding="utf-8"))
     reproduce = next(s for s in committed["sections"] if s["kind"] == "reproduce")

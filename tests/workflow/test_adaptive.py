@@ -18,6 +18,8 @@ from ddsweep.adaptive.refinement import refine_candidates
 from ddsweep.adaptive.selection import settled_leaders
 from ddsweep.config.study import load_config
 
+pytestmark = pytest.mark.full("the adaptive study end to end, and reruns of it")
+
 CONFIGS = ("--configfile", ".test/config.yaml", ".test/adaptive.yaml", "no_coding.yaml")
 # The coding eval, the demo's two extra workloads and its one-knob points (block size 16, no window) are the
 # same in every stage and tested elsewhere (test_workflow.py); without them the study runs in half the time.

@@ -5,10 +5,9 @@ Two tiers (pyproject.toml's `-m 'not full'`):
 - The fast tier, `pytest`: every test not marked `full`. Every module's unit tests, the contract tests against the
   committed fixtures (the strict stand-in, the GPU captures) and one small end-to-end study (the smoke study,
   tests/workflow/test_smoke.py). It is the loop to run while changing the code.
-- The full tier, `pytest -m full` (.ci/run runs it after the fast tier): studies that run a workflow of their own
-  (the demo, the adaptive study, the fault studies, resumes), Slurm, the real SGLang and the sandbox pools. A test
-  joins it with `pytest.mark.full(reason)`, the reason saying why it is not in the fast tier; a test in a module
-  marked `full` that belongs to the fast tier moves to a module of its own.
+- The full tier, `pytest -m full` (.ci/run runs it after the fast tier): what runs Snakemake (the demo in full,
+  the adaptive study, the fault studies, resumes), Slurm, the real SGLang, the sandbox pools and the decision rule's
+  seed sweeps. A test joins it with `pytest.mark.full(reason)`, the reason saying why it is not in the fast tier.
 
 Rules that keep the suite fast and safe in parallel:
 - A test that takes more than about a second (it starts Snakemake, many stand-ins, a sandbox pool, a browser) is
@@ -20,9 +19,10 @@ Rules that keep the suite fast and safe in parallel:
 - No fixed ports (standin.free_port), no files outside tmp_path, no Snakemake run in the repository itself
   except `--lint` (those carry `xdist_group("repo-root")`), no process left behind. A module does no expensive
   work at import (every worker imports every module): load SGLang and start servers in fixtures.
-- Workflow tests reuse one run of a study where they only read its results (a module fixture, or a session
-  fixture below where tests of several modules read the same study), and make their own copy
-  (`shutil.copytree`) before changing it, unless the test order in the module is the point.
+- Workflow tests reuse one run of a study where they only read its results (a module fixture; or a session fixture
+  made with `shared_study` and marked `across_workers`, which runs the study once for all workers so that its
+  readers need not wait on one worker), and make their own copy (`shutil.copytree`) before changing it, unless the
+  test order in the module is the point.
 """
 
 from __future__ import annotations
@@ -180,7 +180,9 @@ def s3_endpoint() -> Iterator[str]:
 # Run first, in this order (pyproject.toml keeps it: `--no-loadscope-reorder`): the two long chains of workflow
 # runs, then the Slurm tests, which mostly wait on the queue and so run beside the rest (the GPU test early: its
 # exclusive job waits for the node to drain), then the other tests that take a minute, so that none starts last and
-# stretches the whole run. A worker whose group holds at most two tests is sent the next one at once.
+# stretches the whole run. A worker whose group holds at most two tests is sent the next one at once. Of a module
+# whose tests read a study shared across workers (`across_workers`), the first reader takes the module's place (it
+# makes the study); the others follow with the rest of the slow tests, by when the study is made or under way.
 FIRST = (
     "tests/workflow/test_adaptive.py",
     "tests/workflow/test_workflow.py",

@@ -221,22 +221,22 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return 4 if markexpr in ("not full", "not slow") else 6
 
 
+def _fixtures(item: pytest.Item) -> list:
+    """The definitions of the fixtures the test uses (of each name, the one that applies to it)."""
+    fixtureinfo = getattr(item, "_fixtureinfo", None)
+    return [] if fixtureinfo is None else [defs[-1] for defs in fixtureinfo.name2fixturedefs.values() if defs]
+
+
 def _module_fixture(item: pytest.Item) -> bool:
     """Whether the test uses a fixture of this suite that lives longer than one test (module or session), other
     than a study shared across workers (`across_workers`)."""
-    fixtureinfo = getattr(item, "_fixtureinfo", None)
-    if fixtureinfo is None:
-        return False
-    return any(defs[-1].scope != "function" and defs[-1].func.__module__.split(".")[0] not in ("_pytest", "xdist")
-               and not getattr(defs[-1].func, "across_workers", False)
-               for defs in fixtureinfo.name2fixturedefs.values() if defs)
+    return any(d.scope != "function" and d.func.__module__.split(".")[0] not in ("_pytest", "xdist")
+               and not getattr(d.func, "across_workers", False) for d in _fixtures(item))
 
 
 def _reads_a_shared_study(item: pytest.Item) -> bool:
     """Whether the test uses a study made once for all workers (`across_workers`)."""
-    fixtureinfo = getattr(item, "_fixtureinfo", None)
-    return fixtureinfo is not None and any(getattr(defs[-1].func, "across_workers", False)
-                                           for defs in fixtureinfo.name2fixturedefs.values() if defs)
+    return any(getattr(d.func, "across_workers", False) for d in _fixtures(item))
 
 
 def _group(item: pytest.Item) -> str | None:

@@ -179,11 +179,11 @@ def s3_endpoint() -> Iterator[str]:
 
 # Run first, in this order (pyproject.toml keeps it: `--no-loadscope-reorder`): the two long chains of workflow runs,
 # then the Slurm tests, which mostly wait on the queue and so run beside the rest (the GPU test early: its exclusive job
-# waits for the node to drain), then the other tests that take a minute (in the fast tier, the contract tests and the
-# smoke study), so that none starts last and stretches the whole run. A worker whose group holds at most two tests is
-# sent the next one at once. Of a module whose tests read a study shared across workers (`across_workers`), the first
-# reader takes the module's place (it makes the study); the others follow with the rest of the slow tests, by when the
-# study is made or under way.
+# waits for the node to drain), then the other tests that take a minute (in the fast tier, the contract tests, the smoke
+# study and the summaries of the synthetic study), so that none starts last and stretches the whole run. A worker whose
+# group holds at most two tests is sent the next one at once. Of a module whose tests read a study shared across workers
+# (`across_workers`), the first reader takes the module's place (it makes the study); the others follow with the rest of
+# the slow tests, by when the study is made or under way.
 FIRST = (
     "tests/workflow/test_adaptive.py",
     "tests/workflow/test_workflow.py",
@@ -197,6 +197,8 @@ FIRST = (
     "tests/contract/test_contract.py",
     "tests/workflow/test_smoke.py::test_the_smoke_study_runs_one_point_one_cell_and_three_problems_in_its_own_"
     "directory",
+    "tests/report/test_summary.py",
+    "tests/report/test_first_screen.py",
     "tests/workflow/test_failures.py::test_an_adaptive_study_names_screening_and_confirmation_failures_and_still_"
     "recommends",
     "tests/workflow/test_failures.py::test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables_"

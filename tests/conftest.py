@@ -11,7 +11,7 @@ Two tiers (pyproject.toml's `-m 'not full'`):
 
 Rules that keep the suite fast and safe in parallel:
 - A test that takes more than about a second (it starts Snakemake, many stand-ins, a sandbox pool, a browser) is
-  marked `slow`: the slow tests start first, and `pytest -m "not slow"` is the quickest subset.
+  marked `slow`: the slow tests start first, and `pytest -m "not slow and not full"` is the quickest subset.
 - Tests that share a module-scoped fixture (one Snakemake run, one stand-in) run on one worker, in file order:
   `pytest_collection_modifyitems` below groups them by module. A test needing another group says so with
   `pytest.mark.xdist_group(name)`. Slurm tests run side by side on the one test cluster (.ci/slurm-up.sh gives
@@ -222,8 +222,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """Workers for `-n auto` (pyproject.toml): six where the full tier runs, whose Slurm tests mostly wait; four for
     the fast tier (and `-m "not slow"`), where a worker's start-up (collection) costs more than it saves."""
-    markexpr = (config.option.markexpr or "").strip()
-    return 4 if markexpr in ("not full", "not slow") else 6
+    markexpr = config.option.markexpr or ""
+    return 4 if "not full" in markexpr or "not slow" in markexpr else 6
 
 
 def _fixtures(item: pytest.Item) -> list:

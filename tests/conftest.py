@@ -1,9 +1,17 @@
 """Shared fixtures: the demo study configuration and point records built from it; how tests are spread over
 pytest-xdist workers (pyproject.toml runs `-n auto --dist loadgroup --no-loadscope-reorder`).
 
+Two tiers (pyproject.toml's `-m 'not full'`):
+- The fast tier, `pytest`: every test not marked `full`. Every module's unit tests, the contract tests against the
+  committed fixtures (the strict stand-in, the GPU captures) and one small end-to-end study (the smoke study,
+  tests/workflow/test_smoke.py). It is the loop to run while changing the code.
+- The full tier, `pytest -m full` (.ci/run runs it after the fast tier): what runs Snakemake (the demo in full,
+  the adaptive study, the fault studies, resumes), Slurm, the real SGLang, the sandbox pools and the decision rule's
+  seed sweeps. A test joins it with `pytest.mark.full(reason)`, the reason saying why it is not in the fast tier.
+
 Rules that keep the suite fast and safe in parallel:
 - A test that takes more than about a second (it starts Snakemake, many stand-ins, a sandbox pool, a browser) is
-  marked `slow`: `pytest -m "not slow"` is the fast subset, meant to finish within 90 s.
+  marked `slow`: the slow tests start first, and `pytest -m "not slow and not full"` is the quickest subset.
 - Tests that share a module-scoped fixture (one Snakemake run, one stand-in) run on one worker, in file order:
   `pytest_collection_modifyitems` below groups them by module. A test needing another group says so with
   `pytest.mark.xdist_group(name)`. Slurm tests run side by side on the one test cluster (.ci/slurm-up.sh gives
@@ -11,20 +19,23 @@ Rules that keep the suite fast and safe in parallel:
 - No fixed ports (standin.free_port), no files outside tmp_path, no Snakemake run in the repository itself
   except `--lint` (those carry `xdist_group("repo-root")`), no process left behind. A module does no expensive
   work at import (every worker imports every module): load SGLang and start servers in fixtures.
-- Workflow tests reuse one run of a study where they only read its results (a module fixture), and make their
-  own copy (`shutil.copytree`) before changing it, unless the test order in the module is the point.
+- Workflow tests reuse one run of a study where they only read its results (a module fixture; or a session fixture
+  made with `shared_study` and marked `across_workers`, which runs the study once for all workers so that its
+  readers need not wait on one worker), and make their own copy (`shutil.copytree`) before changing it, unless the
+  test order in the module is the point.
 """
 
 from __future__ import annotations
 
 import compileall
 import copy
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -106,6 +117,35 @@ def venv_env() -> dict[str, str]:
 
 
 
+def across_workers(fixture: Callable) -> Callable:
+    """Mark a session fixture that makes its study with `shared_study`, once for all workers: its tests need not
+    share a worker, so pytest-xdist spreads them (pytest_itemcollected groups them otherwise)."""
+    fixture.across_workers = True
+    return fixture
+
+
+def shared_study(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
+    """The directory in which `make(directory)` ran a study, once per test session: the first pytest-xdist worker to
+    ask makes it under a lock, the others wait for it and read it. If it fails, every test that asks fails with the
+    same message. A test that changes files in it works on its own copy (`shutil.copytree`)."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' basetemps share a parent
+    directory, done, failed = (root / f"shared-{name}{suffix}" for suffix in ("", ".done", ".failed"))
+    with open(root / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if failed.exists():
+            pytest.fail(failed.read_text(), pytrace=False)
+        if not done.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            try:
+                make(directory)
+            except BaseException as error:  # pytest's failures are BaseExceptions too
+                failed.write_text(f"the shared study {name!r} failed where another test made it: {error}")
+                raise
+            done.touch()
+    return directory
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """The URL of a moto S3 server, with the SNAKEMAKE_STORAGE_S3_* settings the storage plugin reads set for it."""
@@ -137,10 +177,13 @@ def s3_endpoint() -> Iterator[str]:
     server.wait(timeout=10)
 
 
-# Run first, in this order (pyproject.toml keeps it: `--no-loadscope-reorder`): the two long chains of workflow
-# runs, then the Slurm tests, which mostly wait on the queue and so run beside the rest (the GPU test early: its
-# exclusive job waits for the node to drain), then the other tests that take a minute, so that none starts last and
-# stretches the whole run. A worker whose group holds at most two tests is sent the next one at once.
+# Run first, in this order (pyproject.toml keeps it: `--no-loadscope-reorder`): the two long chains of workflow runs,
+# then the Slurm tests, which mostly wait on the queue and so run beside the rest (the GPU test early: its exclusive job
+# waits for the node to drain), then the other tests that take a minute (in the fast tier, the contract tests, the smoke
+# study and the summaries of the synthetic study), so that none starts last and stretches the whole run. A worker whose
+# group holds at most two tests is sent the next one at once. Of a module whose tests read a study shared across workers
+# (`across_workers`), the first reader takes the module's place (it makes the study); the others follow with the rest of
+# the slow tests, by when the study is made or under way.
 FIRST = (
     "tests/workflow/test_adaptive.py",
     "tests/workflow/test_workflow.py",
@@ -152,6 +195,10 @@ FIRST = (
     "tests/workflow/test_slurm.py::test_a_point_requesting_gpus_gets_them_from_slurm",
     "tests/workflow/test_slurm.py::test_a_cancelled_point_leaves_no_server_and_is_rerun",
     "tests/contract/test_contract.py",
+    "tests/workflow/test_smoke.py::test_the_smoke_study_runs_one_point_one_cell_and_three_problems_in_its_own_"
+    "directory",
+    "tests/report/test_summary.py",
+    "tests/report/test_first_screen.py",
     "tests/workflow/test_failures.py::test_an_adaptive_study_names_screening_and_confirmation_failures_and_still_"
     "recommends",
     "tests/workflow/test_failures.py::test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables_"
@@ -173,18 +220,28 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """Workers for `-n auto` (pyproject.toml): six for the whole suite, whose Slurm tests mostly wait; four for the
-    fast subset (`-m "not slow"`), where a worker's start-up (collection) costs more than it saves."""
-    return 4 if "not slow" in (config.option.markexpr or "") else 6
+    """Workers for `-n auto` (pyproject.toml): six where the full tier runs, whose Slurm tests mostly wait; four for
+    the fast tier (and `-m "not slow"`), where a worker's start-up (collection) costs more than it saves."""
+    markexpr = config.option.markexpr or ""
+    return 4 if "not full" in markexpr or "not slow" in markexpr else 6
+
+
+def _fixtures(item: pytest.Item) -> list:
+    """The definitions of the fixtures the test uses (of each name, the one that applies to it)."""
+    fixtureinfo = getattr(item, "_fixtureinfo", None)
+    return [] if fixtureinfo is None else [defs[-1] for defs in fixtureinfo.name2fixturedefs.values() if defs]
 
 
 def _module_fixture(item: pytest.Item) -> bool:
-    """Whether the test uses a fixture of this suite that lives longer than one test (module or session)."""
-    fixtureinfo = getattr(item, "_fixtureinfo", None)
-    if fixtureinfo is None:
-        return False
-    return any(defs[-1].scope != "function" and defs[-1].func.__module__.split(".")[0] not in ("_pytest", "xdist")
-               for defs in fixtureinfo.name2fixturedefs.values() if defs)
+    """Whether the test uses a fixture of this suite that lives longer than one test (module or session), other
+    than a study shared across workers (`across_workers`)."""
+    return any(d.scope != "function" and d.func.__module__.split(".")[0] not in ("_pytest", "xdist")
+               and not getattr(d.func, "across_workers", False) for d in _fixtures(item))
+
+
+def _reads_a_shared_study(item: pytest.Item) -> bool:
+    """Whether the test uses a study made once for all workers (`across_workers`)."""
+    return any(getattr(d.func, "across_workers", False) for d in _fixtures(item))
 
 
 def _group(item: pytest.Item) -> str | None:
@@ -202,13 +259,25 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put FIRST first, then the other slow tests (a stable sort: file order within a group)."""
+    """Refuse a `full` mark without its reason; put FIRST first, then the other slow tests (a stable sort: file
+    order within a group)."""
+    for item in items:
+        for mark in item.iter_markers("full"):
+            if not (mark.args and isinstance(mark.args[0], str) and mark.args[0].strip()):
+                raise pytest.UsageError(f"{item.nodeid}: pytest.mark.full needs the reason the test is in the full "
+                                        "tier, e.g. pytest.mark.full('runs a study of its own')")
     rank = {name: i for i, name in enumerate(FIRST)}
     slow = len(rank)
+    started: set[str] = set()
 
     def order(item: pytest.Item) -> int:
         marker = item.get_closest_marker("xdist_group")
         group = str(marker.args[0]) if marker and marker.args else item.nodeid
+        module = item.nodeid.split("::", 1)[0]
+        if group not in rank and module in rank and _reads_a_shared_study(item) and module not in started:
+            started.add(module)  # the module's first test makes its shared study: it starts at the module's rank
+            return rank[module]
         return rank.get(group, slow if item.get_closest_marker("slow") else slow + 1)
 
-    items.sort(key=order)
+    keys = {item.nodeid: order(item) for item in items}  # in file order: the first reader of a study is first
+    items.sort(key=lambda item: keys[item.nodeid])

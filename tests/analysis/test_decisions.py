@@ -28,6 +28,7 @@ def grid(decode: list[float]) -> list[TruePoint]:
 
 
 @pytest.mark.slow
+@pytest.mark.full("a seed sweep: the decision rule's error rate over 100 simulated studies")
 def test_a_named_winner_is_truly_best_or_within_the_margin_in_95_percent_of_seeds() -> None:
     decode = [100.0, 101.5, 99.0, 103.0, 95.0, 90.0, 102.0, 85.0]
     best = max(decode)
@@ -43,6 +44,7 @@ def test_a_named_winner_is_truly_best_or_within_the_margin_in_95_percent_of_seed
 
 
 @pytest.mark.slow
+@pytest.mark.full("a seed sweep: the decision rule's error rate over 100 simulated studies")
 def test_a_clear_winner_is_named_in_most_seeds() -> None:
     decode = [100.0, 97.0, 120.0, 95.0, 90.0]
     s = settings()
@@ -52,6 +54,7 @@ def test_a_clear_winner_is_named_in_most_seeds() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.full("a seed sweep: the decision rule's error rate over 100 simulated studies")
 def test_two_identical_points_are_tied_in_95_percent_of_seeds() -> None:
     decode = [110.0, 110.0, 100.0, 95.0]
     s = settings()
@@ -64,6 +67,7 @@ def test_two_identical_points_are_tied_in_95_percent_of_seeds() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.full("a seed sweep: intervals against tests over 60 simulated studies")
 def test_a_printed_comparison_interval_agrees_with_its_test() -> None:
     """A point counts as beaten exactly when the printed interval of the leader's ratio over it lies above
     1 + margin: the interval is two-sided at the level matching the one-sided Holm test."""
@@ -105,6 +109,7 @@ def verdicts(points: list[TruePoint], noise: float, seeds: range) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.full("a seed sweep: the diagnosis over 100 simulated studies")
 def test_drafter_bound_study_is_diagnosed_drafter_bound() -> None:
     # Acceptance plateaus along budget (+1% at the top step) and bs16 buys +2%: the drafter is the limit.
     points = diagnosis_study({(4, 8): 4.2, (8, 8): 4.8, (16, 8): 4.85, (8, 16): 4.9})
@@ -113,6 +118,7 @@ def test_drafter_bound_study_is_diagnosed_drafter_bound() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.full("a seed sweep: the diagnosis over 100 simulated studies")
 def test_budget_bound_study_is_diagnosed_budget_bound() -> None:
     points = diagnosis_study({(4, 8): 2.8, (8, 8): 3.6, (16, 8): 4.6, (8, 16): 4.5})
     found = verdicts(points, 0.02, range(100))
@@ -120,6 +126,7 @@ def test_budget_bound_study_is_diagnosed_budget_bound() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.full("a seed sweep: the diagnosis over 100 simulated studies")
 def test_flat_noisy_study_is_inconclusive() -> None:
     points = diagnosis_study({(4, 8): 4.0, (8, 8): 4.0, (16, 8): 4.0, (8, 16): 4.0})
     found = verdicts(points, 0.08, range(100))

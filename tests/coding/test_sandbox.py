@@ -30,6 +30,9 @@ from ddsweep.coding.sandbox import (
     probe_isolation,
 )
 
+pytestmark = pytest.mark.full("the sandbox's pools in every isolation mode: all 164 programs, the adversarial "
+                              "matrix with its wall-clock limits")
+
 PROBLEMS = load_problems()
 TIMEOUT_S = 2.0
 SECRET_VAR = "DDSWEEP_TEST_SECRET"

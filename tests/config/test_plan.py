@@ -211,6 +211,7 @@ def _dry_run(workdir: Path, *configfiles: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.full("runs Snakemake on a working copy of the workflow")
 def test_the_workflow_schedules_only_representatives(tmp_path):
     workdir = copy_workflow(tmp_path)
     config = demo_config()

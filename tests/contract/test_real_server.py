@@ -23,7 +23,7 @@ from ddsweep.bench.transport import make_transport
 from ddsweep.point.lifecycle import SERVER_INFO_PATHS, owned_processes, verify_settings
 
 # A real server start costs 30-60 s of both cores.
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full("starts a real SGLang server on CPU (30-60 s of both cores)")]
 PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
 
 

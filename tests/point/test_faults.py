@@ -448,6 +448,7 @@ def _job_counts(output: str) -> dict[str, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.full("a fault study of its own through Snakemake")
 def test_workflow_records_a_crashing_point_as_a_result_and_reruns_only_it_on_request(tmp_path):
     copy_workflow(tmp_path)  # the lenient stand-in: SGLang's contract is not what a crash tests
     presets = study_yaml()["engine"]["presets"]

@@ -217,6 +217,7 @@ def test_the_command_line_passes_the_demo_and_writes_its_findings(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.full("runs Snakemake on a working copy of the workflow")
 def test_the_workflow_starts_no_point_when_the_preflight_fails(tmp_path):
     copy_workflow(tmp_path)
     (tmp_path / "typo.yaml").write_text(yaml.safe_dump(

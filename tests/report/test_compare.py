@@ -57,6 +57,7 @@ def standin_studies(root: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.full("two stand-in studies measured end to end, then compared")
 def test_a_weaker_drafter_shows_in_acceptance_and_speed_ratios_and_the_environment(tmp_path: Path) -> None:
     a, b = standin_studies(tmp_path)
     bundle = create_bundle("study-b", b / "results", b / "reports", b / "config" / "study.yaml", tmp_path)

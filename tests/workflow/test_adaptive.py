@@ -7,17 +7,20 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import copy_workflow, venv_env
+from conftest import across_workers, copy_workflow, shared_study, venv_env
 
 from ddsweep.adaptive.refinement import refine_candidates
 from ddsweep.adaptive.selection import settled_leaders
 from ddsweep.config.study import load_config
+
+pytestmark = pytest.mark.full("the adaptive study end to end, and reruns of it")
 
 CONFIGS = ("--configfile", ".test/config.yaml", ".test/adaptive.yaml", "no_coding.yaml")
 # The coding eval, the demo's two extra workloads and its one-knob points (block size 16, no window) are the
@@ -36,13 +39,28 @@ def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=900, check=False)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
+@across_workers
 def adaptive_run(tmp_path_factory) -> Path:
-    """The demo grid and baselines under `sweep.strategy: adaptive`, run once."""
-    workdir = copy_workflow(tmp_path_factory.mktemp("adaptive"))
+    """The demo grid and baselines under `sweep.strategy: adaptive`, run once per session (its tests read it from
+    any worker; those that rerun it work on a copy: `with_the_analysis_changed`)."""
+    return shared_study(tmp_path_factory, "adaptive", _run_adaptive)
+
+
+def _run_adaptive(workdir: Path) -> None:
+    """Run the adaptive study in a new working copy at `workdir`."""
+    copy_workflow(workdir)
     (workdir / "no_coding.yaml").write_text(yaml.safe_dump(NO_CODING))
     result = snakemake(workdir, *CORES, *CONFIGS)
     assert result.returncode == 0, result.stderr[-5000:]
+
+
+def with_the_analysis_changed(adaptive_run: Path, tmp_path: Path) -> Path:
+    """A copy of the adaptive study with `changed.yaml`: the demo's configuration with another analysis setting."""
+    workdir = Path(shutil.copytree(adaptive_run, tmp_path / "copy", symlinks=True))
+    config = yaml.safe_load((workdir / ".test" / "config.yaml").read_text())
+    config["analysis"]["spread_warning"] = 0.2
+    (workdir / "changed.yaml").write_text(yaml.safe_dump(config))
     return workdir
 
 
@@ -125,10 +143,8 @@ def test_a_second_invocation_schedules_nothing(adaptive_run):
 
 
 @pytest.mark.slow
-def test_changing_the_analysis_reruns_no_screening_or_confirmation(adaptive_run):
-    config = yaml.safe_load((adaptive_run / ".test" / "config.yaml").read_text())
-    config["analysis"]["spread_warning"] = 0.2
-    (adaptive_run / "changed.yaml").write_text(yaml.safe_dump(config))
+def test_changing_the_analysis_reruns_no_screening_or_confirmation(adaptive_run, tmp_path):
+    adaptive_run = with_the_analysis_changed(adaptive_run, tmp_path)
     result = snakemake(adaptive_run, *CORES, "--configfile", "changed.yaml", ".test/adaptive.yaml",
                        "no_coding.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -139,7 +155,10 @@ def test_changing_the_analysis_reruns_no_screening_or_confirmation(adaptive_run)
 
 
 @pytest.mark.slow
-def test_a_new_confirmation_benchmark_reruns_every_launch_and_unsettled_picks_settle_on_the_regime_cells(adaptive_run):
+def test_a_new_confirmation_benchmark_reruns_every_launch_and_unsettled_picks_settle_on_the_regime_cells(
+        adaptive_run, tmp_path):
+    # the analysis change as well, in the same run: this test need not wait for the one above
+    adaptive_run = with_the_analysis_changed(adaptive_run, tmp_path)
     config = yaml.safe_load((adaptive_run / "changed.yaml").read_text())
     config["benchmark"]["requests_per_cell"] = 6  # the screening has its own (sweep.screen.requests_per_cell)
     (adaptive_run / "more_requests.yaml").write_text(yaml.safe_dump(config))

@@ -15,6 +15,8 @@ import yaml
 from configs import study_yaml
 from conftest import copy_workflow
 
+pytestmark = pytest.mark.full("studies of their own whose launcher fails")
+
 STANDIN = ["--sim-strict", "off", "--sim-startup-delay", "0.2", "--sim-step-ms", "1", "--sim-prefill-ms-per-1k", "1"]
 # Six DDTree points (aliases run too) and `ar`, one launch each, one short cell, no coding eval, no retry.
 STUDY = {

@@ -31,6 +31,7 @@ def _points_scheduled(workdir, *configfiles: str) -> dict[str, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.full("runs Snakemake on a working copy of the workflow")
 def test_every_documented_null_in_an_overlay_builds_the_workflow_without_the_dflash_baseline(tmp_path):
     workdir = copy_workflow(tmp_path / "wf")
     (workdir / "nulls.yaml").write_text(yaml.safe_dump(NULLS))
@@ -42,6 +43,7 @@ def test_every_documented_null_in_an_overlay_builds_the_workflow_without_the_dfl
 
 
 @pytest.mark.slow
+@pytest.mark.full("runs Snakemake on a working copy of the workflow")
 def test_absent_dflash_baseline_and_absent_grid_build_the_workflow(tmp_path):
     workdir = copy_workflow(tmp_path / "wf")
     for name in ("config/config.yaml", ".test/config.yaml"):

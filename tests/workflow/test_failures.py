@@ -21,6 +21,8 @@ from configs import study_yaml
 from conftest import copy_workflow
 from standin import marked_processes
 
+pytestmark = pytest.mark.full("a fault study of its own per test")
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # preset name -> (stand-in fault flags, the error kind the point must record). Each is a configuration result:

@@ -64,7 +64,7 @@ class _Watcher(threading.Thread):
 
 
 # every test reads one workflow run against a real server (minutes): the whole module is slow
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full("a workflow of its own against a real SGLang server on CPU")]
 
 
 @pytest.fixture(scope="module")

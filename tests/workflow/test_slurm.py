@@ -36,6 +36,7 @@ def _slurm_answers() -> bool:
 SLURM_MARKS = [
     pytest.mark.slurm,
     pytest.mark.slow,
+    pytest.mark.full("submits jobs to the local Slurm and waits on its queue"),
     pytest.mark.skipif(not _slurm_answers(), reason="no Slurm controller answers `sinfo` here; start the test "
                        "cluster with `bash .ci/slurm-up.sh` (as root)"),
 ]

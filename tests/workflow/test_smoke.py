@@ -52,6 +52,7 @@ NOTHING_STARTS = {"engine": {"launcher": ["/nonexistent/sglang/bin/python", "-m"
 
 
 @pytest.mark.slow
+@pytest.mark.full("a second smoke study; the fast tier runs the one that measures")
 def test_a_smoke_study_that_measured_nothing_fails(tmp_path):
     workdir = copy_workflow(tmp_path / "wf")
     (workdir / "broken.yaml").write_text(yaml.safe_dump(NOTHING_STARTS))
@@ -66,6 +67,7 @@ def test_a_smoke_study_that_measured_nothing_fails(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.full("the GPU check script's install and study on the stand-in")
 def test_the_gpu_check_on_the_stand_in_fails_when_nothing_was_measured(tmp_path):
     study = yaml.safe_load((ROOT / ".test/config.yaml").read_text())
     study.update(yaml.safe_load((ROOT / "config/smoke.yaml").read_text()))

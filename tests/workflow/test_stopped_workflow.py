@@ -21,6 +21,8 @@ import yaml
 from conftest import copy_workflow
 from standin import marked_processes
 
+pytestmark = pytest.mark.full("a workflow of its own, stopped by a signal")
+
 ROOT = Path(__file__).resolve().parents[2]
 SHUTDOWN_S = 3
 

@@ -22,6 +22,8 @@ import pytest
 import yaml
 from conftest import copy_workflow, needs_rsync
 
+pytestmark = pytest.mark.full("studies of their own, interrupted and resumed from a store")
+
 ROOT = Path(__file__).resolve().parents[2]
 POINTS = ["ar", "bs8-b4-t2-w2048", "bs8-b8-t2-w2048", "bs8-b16-t2-w2048"]
 

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 from configs import study_yaml
-from conftest import ROOT, copy_workflow, venv_env
+from conftest import ROOT, across_workers, copy_workflow, shared_study, venv_env
 from decision_checks import check_first_screen
 
 from ddsweep.plotting.plots import PLOTS
+
+pytestmark = pytest.mark.full("the demo study in full (17 server starts), its reruns, the HTML report in a browser")
 
 
 def snakemake(workdir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -50,10 +52,17 @@ def scheduling_log(log: Path) -> list[dict]:
     return events
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
+@across_workers
 def demo_run(tmp_path_factory) -> Path:
-    """The demo study run once, end to end, through real Snakemake against the stand-in server."""
-    workdir = copy_workflow(tmp_path_factory.mktemp("demo"), strict_standin=True)
+    """The demo study run once per session, end to end, through real Snakemake against the stand-in server (its
+    tests read it from any worker: those that run jobs in it work on a copy)."""
+    return shared_study(tmp_path_factory, "demo", _run_demo)
+
+
+def _run_demo(workdir: Path) -> None:
+    """Run the demo study in a new working copy at `workdir`."""
+    copy_workflow(workdir, strict_standin=True)
     # with the end-of-study reference runs (sweep.reference), which are on by default only on Slurm
     demo = yaml.safe_load((workdir / ".test" / "config.yaml").read_text())
     demo["sweep"]["reference"] = {"enabled": True}
@@ -73,7 +82,6 @@ def demo_run(tmp_path_factory) -> Path:
     result = snakemake(workdir, "--cores", "4", "--configfile", ".test/config.yaml", timeout=1500)
     assert result.returncode == 0, result.stderr[-5000:]
     assert "optimization summary in reports/optimization_summary.md" in result.stdout + result.stderr
-    return workdir
 
 
 @pytest.mark.slow
@@ -231,8 +239,8 @@ def test_changing_only_analysis_settings_reruns_no_point_job(demo_run, tmp_path)
 def test_changing_the_benchmark_matrix_reruns_every_point(demo_run):
     config = yaml.safe_load((demo_run / ".test" / "config.yaml").read_text())
     config["benchmark"]["max_new_tokens"] = 32  # every launch measures something else now
-    (demo_run / "changed.yaml").write_text(yaml.safe_dump(config))
-    result = snakemake(demo_run, "-n", "--cores", "2", "--configfile", "changed.yaml")
+    (demo_run / "matrix.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(demo_run, "-n", "--cores", "2", "--configfile", "matrix.yaml")
     assert scheduled_jobs(result.stdout + result.stderr)["launch_point"] == 16  # two launches of each point
 
 

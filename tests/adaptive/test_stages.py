@@ -44,6 +44,15 @@ def test_by_default_the_screening_measures_only_the_regimes_a_priority_weighs():
     assert sorted(benchmark_cells(bench)) == [(128, 1), (128, 8)]
 
 
+def test_a_priority_with_service_level_limits_weighs_only_its_regimes():
+    config = demo_config(sweep={"strategy": "adaptive"})
+    config["analysis"]["priorities"]["interactive"] = {"throughput": 1.0, "slo": {"ttft_p99_s": 2.0},
+                                                       "slo_cell": {"context": 128, "concurrency": 8}}
+    bench = screen_record(config, find_point(config, "bs8-b8-t4-w2048"))["benchmark"]
+    assert sorted(benchmark_cells(bench)) == [(128, 1), (128, 8)]
+    assert job_minutes(config, 0.0)  # the plan's estimate reads the same priorities
+
+
 def test_confirm_records_split_the_repeats_as_the_grid_and_a_baseline_runs_once():
     config = demo_config(sweep={"strategy": "adaptive"})
     assert config["benchmark"]["repeats"] == 3 and config["sweep"]["launches"] == 2

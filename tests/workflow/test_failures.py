@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import tarfile
-import time
 import uuid
 from pathlib import Path
 
@@ -106,11 +105,8 @@ def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables
     # a hung server's requests would each wait this long; the hang is named after a tenth of it and a probe
     study["benchmark"]["request_timeout_s"] = 30
     (workdir / "faults.yaml").write_text(yaml.safe_dump(study))
-    started = time.monotonic()
     first = _snakemake(workdir)
-    elapsed = time.monotonic() - started
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
-    assert elapsed < 120, elapsed
 
     failed = {f"{name}-bs8-b8-t4-w2048": kind for name, (_, kind) in FAULTS.items()}
     rows = {r["point_id"]: r for r in csv.DictReader((workdir / "results/tables/failures.csv").open())}
@@ -129,6 +125,10 @@ def test_a_study_with_a_failing_point_per_fault_kind_still_writes_summary_tables
     for point, kind in failed.items():
         done = json.loads((workdir / "results/points" / point / "done.json").read_text())
         assert done["status"] == "failed" and done["error_kind"] == kind, done
+        # no fault is left to its requests' 30 s timeouts: every attempt ends well before one request's would
+        durations = [json.loads(f.read_text())["duration_s"] for f in (workdir / "results/points" / point).glob(
+            "**/failure.json")]
+        assert durations and max(durations) < 30, (point, durations)
         assert not (workdir / "results/points" / point / "status.json").exists()
     healthy = ("bs8-b4-t2-w2048", "ar", "fsigterm-bs8-b8-t4-w2048")
     for point in healthy:

@@ -21,6 +21,7 @@ from scipy import special
 
 from ddsweep import figures
 from ddsweep.adaptive.stages import primary_workload, screen_settings, selected_regimes
+from ddsweep.analysis.settings import regime_weights
 from ddsweep.analysis.statistics import t_quantile
 from ddsweep.figures import METRICS, Metric, failed, whole_output_throughput
 
@@ -197,8 +198,8 @@ def priority_scores(config: dict, per_regime: dict[str, dict[str, ScreenedFigure
     On the log scale the errors add with the weights; the launch's part is one factor shared by every regime, and
     the instabilities, bounds, add with the weights too."""
     out = {}
-    for name, weights in config.get("analysis", {}).get("priorities", {}).items():
-        used = {r: w for r, w in weights.items() if w > 0 and per_regime.get(r)}
+    for name, spec in config.get("analysis", {}).get("priorities", {}).items():
+        used = {r: w for r, w in regime_weights(spec).items() if w > 0 and per_regime.get(r)}
         if not used:
             continue
         tops = {r: max(e.value for e in per_regime[r].values()) for r in used}

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from ddsweep.adaptive.refinement import refine_candidates
+from ddsweep.analysis.settings import regime_weights
 from ddsweep.config.launches import launch_count, split_repeats
 from ddsweep.config.plan import (
     benchmark_cells,
@@ -132,7 +133,7 @@ def selected_regimes(config: dict) -> list[dict]:
     regimes = analysis.get("regimes", [])
     if screen_settings(config).get("select_on", "priorities") != "priorities" or not analysis.get("priorities"):
         return regimes
-    weighted = {r for weights in analysis["priorities"].values() for r, w in weights.items() if w > 0}
+    weighted = {r for spec in analysis["priorities"].values() for r, w in regime_weights(spec).items() if w > 0}
     return [r for r in regimes if r["name"] in weighted] or regimes
 
 

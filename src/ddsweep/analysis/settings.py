@@ -76,9 +76,14 @@ class Settings:
         )
 
 
+def regime_weights(spec: dict[str, Any]) -> dict[str, float]:
+    """A priority's regime weights from its config mapping (without its `slo` and `slo_cell` keys)."""
+    return {str(r): float(w) for r, w in spec.items() if r not in PRIORITY_KEYS}
+
+
 def _priority(name: str, spec: dict[str, Any]) -> Priority:
     """One priority from its config mapping: regime weights plus the optional `slo` and `slo_cell` keys."""
-    weights = {str(r): float(w) for r, w in spec.items() if r not in PRIORITY_KEYS}
+    weights = regime_weights(spec)
     cell = spec.get("slo_cell")
     return Priority(name, weights, {str(k): float(v) for k, v in (spec.get("slo") or {}).items()},
                     (int(cell["context"]), int(cell["concurrency"])) if cell else None)

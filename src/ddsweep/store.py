@@ -6,11 +6,11 @@ storage plugins (snakemake-storage-plugin-fs, snakemake-storage-plugin-s3) with 
 (for S3: SNAKEMAKE_STORAGE_S3_ENDPOINT_URL, _ACCESS_KEY, _SECRET_KEY, _REGION). Its layout is `results/` as the
 workflow writes it, so `ddsweep summarize STORE/results` reads a filesystem store unchanged.
 
-A unit is one job's directory (`results/points/<id>`, `results/launches/<id>/launch-<k>`, `results/preflight`,
-`reports`). A finished unit is pushed
-whole, then its manifest `stored.json` (every file with its size and mtime) last: a unit without a manifest in the
-store is never taken for finished. A point job marks each attempt in `<unit>/started/` at its start and end; an
-attempt with a start and no end was lost with its machine (docs/results-schema.md, "Interruptions")."""
+A unit is one job's directory (`results/points/<id>`, `results/launches/<id>/launch-<k>`,
+`results/preflight/<preset>`, `reports`). A finished unit is pushed whole, then its manifest `stored.json` (every
+file with its size and mtime) last: a unit without a manifest in the store is never taken for finished. A point
+job marks each attempt in `<unit>/started/` at its start and end; an attempt with a start and no end was lost with
+its machine (docs/results-schema.md, "Interruptions")."""
 
 from __future__ import annotations
 
@@ -221,6 +221,11 @@ def pull(store: StudyStore, workdir: Path, units: Iterable[str]) -> PullReport:
                     shutil.copy2(staged / name, target)
                     os.utime(target, (meta["mtime"], meta["mtime"]))
                 write_json_atomic(local / MANIFEST, manifest)
+                # the manifest as old as the unit's newest file: a job that used the unit (a point its preset's
+                # preflight) stays newer than it, as it was where it ran
+                newest = max((meta["mtime"] for meta in manifest["files"].values()), default=None)
+                if newest is not None:
+                    os.utime(local / MANIFEST, (newest, newest))
                 report.restored.append(unit)
                 continue
             store.get(f"{remote}/{STARTED}", local / STARTED)
@@ -323,13 +328,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     get = verbs.add_parser("pull", help="restore finished units from the store into a results directory")
     get.add_argument("--store", required=True, help="absolute path or s3://BUCKET/PREFIX")
     get.add_argument("--workdir", default=".", help="the study's working directory (default .)")
-    get.add_argument("units", nargs="+", help="units to restore, e.g. results/points/<id> results/preflight")
+    get.add_argument("units", nargs="+", help="units to restore, e.g. results/points/<id> results/preflight/<preset>")
     get.set_defaults(func=_pull_command)
 
 
-def store_units(points: Iterable[str], launches: int) -> list[str]:
-    """The job directories of a grid study that the store holds: the preflights, each point, each launch."""
-    units = ["results/preflight"]
+def store_units(presets: Iterable[str], points: Iterable[str], launches: int) -> list[str]:
+    """The job directories of a grid study that the store holds: each preset's preflight, each point, each
+    launch."""
+    units = [f"results/preflight/{preset}" for preset in presets]
     for point in points:
         units.append(f"results/points/{point}")
         if launches > 1:

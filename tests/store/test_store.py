@@ -59,6 +59,9 @@ def test_a_pushed_unit_comes_back_whole_with_its_mtimes_in_a_fresh_directory(sto
         restored = second / UNIT / name
         assert restored.read_bytes() == (source / name).read_bytes()
         assert restored.stat().st_mtime == pytest.approx(meta["mtime"], abs=1e-3)
+    # the manifest no newer than the unit's newest file, so the jobs that used the unit stay up to date
+    newest = max(meta["mtime"] for meta in manifest["files"].values())
+    assert (second / UNIT / MANIFEST).stat().st_mtime == pytest.approx(newest, abs=1e-3)
     assert not (second / "results" / "points" / "never-ran").exists()
     # a unit already here is left alone
     assert pull(store, second, [UNIT]).restored == []
@@ -142,6 +145,7 @@ def test_store_locations_and_units():
     assert parse_store("s3://bucket/a/b").provider == "s3"
     assert unit_of(Path("/x/results/points/p1")) == "results/points/p1"
     assert unit_of(Path("/x/elsewhere/p1")) is None
-    assert store_units(["ar", "p1"], 2) == ["results/preflight", "results/points/ar", "results/launches/ar/launch-0",
-                                            "results/launches/ar/launch-1", "results/points/p1",
-                                            "results/launches/p1/launch-0", "results/launches/p1/launch-1"]
+    assert store_units(["ar", "ddtree"], ["ar", "p1"], 2) == [
+        "results/preflight/ar", "results/preflight/ddtree", "results/points/ar", "results/launches/ar/launch-0",
+        "results/launches/ar/launch-1", "results/points/p1", "results/launches/p1/launch-0",
+        "results/launches/p1/launch-1"]

@@ -60,6 +60,8 @@ STUDY["sweep"]["strategy"] = "adaptive" if ADAPTIVE else "grid"
 REFERENCE = reference_point(STUDY)
 # Server launches per grid point (sweep.launches; workflow/rules/launches.smk).
 LAUNCHES = grid_launches(STUDY)
+# The server presets the running points use, one preflight each (workflow/rules/preflight.smk).
+PRESETS = sorted({point.preset for point in POINTS.values()})
 
 # The study store (`store`; workflow/rules/store.smk): a fresh working directory first takes every finished job
 # from it, with its mtimes, so that Snakemake runs only what is missing; an attempt that started and never ended
@@ -70,7 +72,7 @@ if STORE and ADAPTIVE:
 os.environ.setdefault(STORE_ENV, STORE or "")
 if STORE and workflow.is_main_process:
     try:
-        print(describe_pull(pull(StudyStore.open(STORE), Path("."), store_units(POINTS, LAUNCHES)), STORE))
+        print(describe_pull(pull(StudyStore.open(STORE), Path("."), store_units(PRESETS, POINTS, LAUNCHES)), STORE))
     except StoreError as error:
         raise WorkflowError(f"study store: {error}") from None
 # The invocation's time budget (`budget_s`, and the Slurm allocation it runs in): point jobs that would not finish
@@ -336,11 +338,21 @@ def final_outputs():
     ]
 
 
+def preflight_result(preset):
+    """Where the preflight of a preset writes its result (workflow/rules/preflight.smk)."""
+    return f"results/preflight/{preset}/preflight.json"
+
+
+def preflight_in_store(preset):
+    """With a study store, the manifest of a preset's preflight once copied there (none without a store)."""
+    return [f"results/preflight/{preset}/stored.json"] if STORE else []
+
+
 def stored_markers():
     """With a study store: the manifest of every job's directory and of the reports, once copied there."""
     if not STORE:
         return []
-    return [f"{unit}/stored.json" for unit in [*store_units(POINTS, LAUNCHES), "reports"]]
+    return [f"{unit}/stored.json" for unit in [*store_units(PRESETS, POINTS, LAUNCHES), "reports"]]
 
 
 def study_outcome():
@@ -351,9 +363,9 @@ def study_outcome():
 
 
 def stored_unit_inputs(wildcards):
-    """What a unit's copy waits for: its job's terminal record, every preflight, or the finished reports."""
-    if wildcards.unit == "results/preflight":
-        return expand("results/preflight/{preset}.json", preset=sorted({p.preset for p in POINTS.values()}))
+    """What a unit's copy waits for: its job's terminal record, its preset's preflight, or the finished reports."""
+    if wildcards.unit.startswith("results/preflight/"):
+        return [f"{wildcards.unit}/preflight.json"]
     if wildcards.unit == "reports":
         return [f for f in final_outputs() if f.startswith("reports/") and f != "reports/stored.json"]
     return [f"{wildcards.unit}/done.json"]

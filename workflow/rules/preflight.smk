@@ -25,7 +25,7 @@ envvars:
 
 rule preflight:
     output:
-        "results/preflight/{preset}.json",
+        preflight_result("{preset}"),
     log:
         "results/logs/preflight/{preset}.log",
     priority: reference_priority("preset")

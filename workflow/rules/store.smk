@@ -4,16 +4,13 @@
 
 
 wildcard_constraints:
-    unit=r"results/(preflight|points/[^/]+|launches/[^/]+/launch-\d+)|reports",
+    unit=r"results/(preflight/[^/]+|points/[^/]+|launches/[^/]+/launch-\d+)|reports",
 
 
 if STORE:
 
     localrules:
         store_unit,
-
-    # results/preflight/stored.json is the preflights' manifest, not a preset's preflight
-    ruleorder: store_unit > preflight
 
     rule store_unit:
         input:

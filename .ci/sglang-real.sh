@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install a real SGLang 0.5.23 server that runs on a CPU-only machine into the virtualenv given as $1, with nothing
 # downloaded but packages from the package registries, in about 2 GB:
-#   - torch 2.13.0, the CPU build that lies on the CI machine's disk (pip's find-links; elsewhere pip takes PyPI's
-#     build of the same version) instead of SGLang's pin 2.14.1, whose PyPI wheel is the CUDA build (about 7 GB
+#   - torch 2.13.0, the CPU build that lies on the CI machine's disk (pip's find-links, PIP_FIND_LINKS; elsewhere
+#     PyPI's build of the same version) instead of SGLang's pin 2.14.1, whose PyPI wheel is the CUDA build (about 7 GB
 #     with its NVIDIA libraries: more than the CI machine's disk had free); SGLang runs unchanged on it;
 #   - PyPI's torchvision 0.28.0 (the release for torch 2.13) without dependencies, with its two unguarded operator
 #     registrations guarded (.ci/real-sglang/guard_torchvision_ops.py: its operator library links CUDA torch and
@@ -70,10 +70,23 @@ if probe; then
     exit 0
 fi
 start=$SECONDS
-pip=("$python" -m pip install --quiet --disable-pip-version-check --no-cache-dir)
-"${pip[@]}" "torch==$torch_version" "${packages[@]}"
+# The CPU build of torch where a find-links folder holds it (named as a file, so that any installer takes it).
+torch_spec="torch==$torch_version"
+for links in ${PIP_FIND_LINKS:-}; do
+    for wheel in "$links"/torch-"$torch_version"+cpu-*.whl; do
+        [[ -f "$wheel" ]] && torch_spec=$wheel
+    done
+done
+# uv where the virtualenv has it (as .ci/run installs it): its parallel downloads take a fraction of pip's time.
+uv="$(dirname "$python")/uv"
+if [[ -x "$uv" ]]; then
+    install=("$uv" pip install --quiet --python "$python" --no-cache)
+else
+    install=("$python" -m pip install --quiet --disable-pip-version-check --no-cache-dir)
+fi
+"${install[@]}" "$torch_spec" "${packages[@]}"
 # Without dependencies: torchvision's would replace the CPU torch.
-"${pip[@]}" --no-deps "torchvision==$torchvision_version" "sglang==$sglang_version"
+"${install[@]}" --no-deps "torchvision==$torchvision_version" "sglang==$sglang_version"
 "$python" "$here/real-sglang/guard_torchvision_ops.py"
 echo "sglang-real: packages installed ($((SECONDS - start)) s)"
 rm -rf "$model_dir"

@@ -80,7 +80,7 @@ done
 # uv where the virtualenv has it (as .ci/run installs it): its parallel downloads take a fraction of pip's time.
 uv="$(dirname "$python")/uv"
 if [[ -x "$uv" ]]; then
-    install=("$uv" pip install --quiet --python "$python" --no-cache)
+    install=("$uv" pip install --quiet --compile-bytecode --python "$python" --no-cache)
 else
     install=("$python" -m pip install --quiet --disable-pip-version-check --no-cache-dir)
 fi

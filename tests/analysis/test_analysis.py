@@ -146,6 +146,11 @@ def test_cli_summarize_writes_tables_plots_and_summary(tmp_path: Path, capsys) -
         assert (results / "tables" / f"{name}.csv").exists()
     drawn = {path.stem for path in (tmp_path / "reports" / "plots").glob("*.png")}
     assert drawn == set(PLOTS) and "pareto_per_user" in drawn
+    # without the plots: the same summary, no plot drawn
+    quick = tmp_path / "quick"
+    assert main(["summarize", str(results), "--out", str(quick), "--config", str(config), "--no-plots"]) == 0
+    assert (quick / "optimization_summary.md").read_text(encoding="utf-8") == text
+    assert not list(quick.rglob("*.png"))
     assert main(["summarize", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r2")]) == 2
 
 

@@ -34,7 +34,7 @@ def test_a_study_with_two_repeats_prints_no_interval_on_its_first_screen(tmp_pat
         doc["cells"] = [c for c in doc["cells"] if c["repeat"] < 2]
         path.write_text(json.dumps(doc))
     config = {**spec.config, "analysis": {**spec.config.get("analysis", {}), "min_repeats_for_decision": 2}}
-    markdown = summarize(results, tmp_path / "reports", config).summary_path.read_text()
+    markdown = summarize(results, tmp_path / "reports", config, plots=False).summary_path.read_text()
     screen = "\n".join(first_section(markdown))
     assert "× (n = 2; more repeats or launches are needed for an interval)" in screen
     assert "CI" not in screen

@@ -90,7 +90,7 @@ def test_reference_runs_never_enter_rankings_pareto_picks_or_tables(tmp_path):
     # an end run far faster than every point: if it entered the decisions it would win everything
     done = write_end_run(results, spec.point("ar"), "gpu05", 5.0)
     without = analyse(load_results(results), Settings.from_config(spec.config))
-    result = summarize(results, tmp_path / "reports", spec.config, reference=[done])
+    result = summarize(results, tmp_path / "reports", spec.config, reference=[done], plots=False)
     assert result.regime_winners == {o.resolved.regime.name: o.winner for o in without.regimes}
     assert result.pareto == without.pareto
     assert result.priority_picks == {p.name: p.point_id for p in without.priorities}

@@ -44,7 +44,8 @@ def summarized(tmp_path_factory: pytest.TempPathFactory) -> tuple[ResultSetSpec,
     """The seed-like synthetic study (ties in latency_first and balanced) summarized once."""
     root = tmp_path_factory.mktemp("first_screen")
     spec = drafter_bound_set()
-    result = summarize(with_rendered_commands(write_results(spec, root)), root / "reports", spec.config)
+    result = summarize(with_rendered_commands(write_results(spec, root)), root / "reports", spec.config,
+                       plots=False)
     return spec, result.document, result.summary_path.read_text(), root
 
 

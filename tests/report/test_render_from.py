@@ -34,14 +34,14 @@ def rendered_from(summary_json: Path, out: Path) -> bytes:
 
 def test_a_study_with_failed_points_renders_the_same_from_its_summary_json(tmp_path: Path) -> None:
     spec = broken_set()
-    result = summarize(write_results(spec, tmp_path), tmp_path / "reports", spec.config)
+    result = summarize(write_results(spec, tmp_path), tmp_path / "reports", spec.config, plots=False)
     assert result.outcome.points.by_status.get("failed")  # failures by cause are part of what is compared
     assert rendered_from(result.summary_json_path, tmp_path / "again") == result.summary_path.read_bytes()
 
 
 def test_summary_json_is_exactly_the_decision_object(tmp_path: Path) -> None:
     spec = broken_set()
-    result = summarize(write_results(spec, tmp_path), tmp_path / "reports", spec.config)
+    result = summarize(write_results(spec, tmp_path), tmp_path / "reports", spec.config, plots=False)
     document = json.loads(result.summary_json_path.read_text(encoding="utf-8"))
     assert Outcome.from_json(document) == result.outcome
     assert list(document) == list(result.outcome.to_json())
@@ -83,6 +83,7 @@ def test_the_gpu_records_store_summarized_again_renders_the_same_from_its_summar
     reproduce = next(s for s in committed["sections"] if s["kind"] == "reproduce")
     config = yaml.safe_load(reproduce["code2"]["text"])
     monkeypatch.chdir(tmp_path)  # the record's paths are relative to its study directory
-    result = summarize(Path("results"), Path("summarized"), config, Path("results/study_config.yaml"))
+    result = summarize(Path("results"), Path("summarized"), config, Path("results/study_config.yaml"),
+                       plots=False)
     assert not result.simulated and result.outcome.points.total == committed["points"]["total"]
     assert rendered_from(result.summary_json_path, Path("from-json")) == result.summary_path.read_bytes()

@@ -35,7 +35,7 @@ from ddsweep.report.render import render_markdown
 def run(spec: ResultSetSpec, root: Path) -> tuple[SummaryResult, str]:
     """Write a spec, summarize it (tables, plots, summary) and return the result with the summary text."""
     results = write_results(spec, root)
-    result = summarize(results, root / "reports", spec.config)
+    result = summarize(results, root / "reports", spec.config, plots=False)
     return result, result.summary_path.read_text(encoding="utf-8")
 
 
@@ -370,14 +370,14 @@ def test_the_summary_reads_only_this_studys_points_and_names_the_rest(tmp_path: 
     all_ids = sorted(d.name for d in (results / "points").iterdir())
     stale, kept = all_ids[0], all_ids[1:]
     result = summarize(results, tmp_path / "reports", {"sweep": {"strategy": "adaptive"}},
-                       points=[results / "points" / pid / "done.json" for pid in kept])
+                       points=[results / "points" / pid / "done.json" for pid in kept], plots=False)
     shown = pd.read_csv(results / "tables" / "points.csv")["point_id"].tolist()
     assert stale not in shown and sorted(shown) == kept, shown
     (caveat,) = [c for c in result.document["caveats"] if c["kind"] == "ignored_points"]
     assert f"`{stale}`" in caveat["text"] and "1 point directory" in caveat["text"]
     assert f"`{stale}`" in result.summary_path.read_text(encoding="utf-8")
     again = summarize(results, tmp_path / "reports2", {"sweep": {"strategy": "adaptive"}},
-                      points=[results / "points" / pid / "done.json" for pid in all_ids])
+                      points=[results / "points" / pid / "done.json" for pid in all_ids], plots=False)
     assert not [c for c in again.document["caveats"] if c["kind"] == "ignored_points"]
 
 

@@ -45,12 +45,14 @@ class SummaryResult:
 
 def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | None,
               config_path: Path | None = None, reference: list[Path] | None = None,
-              points: list[Path] | None = None, coding_full: Path | None = None) -> SummaryResult:
+              points: list[Path] | None = None, coding_full: Path | None = None,
+              plots: bool = True) -> SummaryResult:
     """Write RESULTS_DIR/tables/*.csv, REPORTS_DIR/plots/*.png, REPORTS_DIR/summary.json and the Markdown
     rendered from it, REPORTS_DIR/optimization_summary.md. `reference`: the done.json files of the end-of-study
     reference runs (sweep.reference), compared with the reference point in a caveat only. `points`: the done.json
     files of this study's points (the workflow's inputs); other point directories are named as ignored.
-    `coding_full`: the picks.json of the recommended points' full HumanEval runs (coding_eval.full_on_picks)."""
+    `coding_full`: the picks.json of the recommended points' full HumanEval runs (coding_eval.full_on_picks).
+    `plots` False: no plots (drawing them takes most of the time; the summary does not depend on them)."""
     results_dir, reports_dir = Path(results_dir), Path(reports_dir)
     settings = Settings.from_config(config, config_path)
     results = load_results(results_dir, study_point_ids(config, points), settings.confidence)
@@ -61,10 +63,10 @@ def summarize(results_dir: Path, reports_dir: Path, config: dict[str, Any] | Non
     outcome = build_outcome(decisions, coding_full)
     picks = recommended_points(outcome.to_json())
     plot_data = PlotData(results, {r.regime.name: r for r in resolved}, decisions.pareto, decisions.lossless, picks)
-    plots = write_plots(plot_data, reports_dir / "plots")
+    drawn = write_plots(plot_data, reports_dir / "plots") if plots else {}
     json_path, summary_path = write_summary(outcome, reports_dir)
     return SummaryResult(
-        tables=tables, plots=plots, summary_path=summary_path, summary_json_path=json_path, outcome=outcome,
+        tables=tables, plots=drawn, summary_path=summary_path, summary_json_path=json_path, outcome=outcome,
         document=outcome.to_json(),
         regime_winners={o.resolved.regime.name: o.winner for o in decisions.regimes},
         regime_ties={o.resolved.regime.name: o.tied for o in decisions.regimes},
@@ -122,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     config, config_path = inputs
     result = summarize(Path(args.results_dir), Path(args.out), config, config_path,
                        [Path(f) for f in args.reference], [Path(f) for f in args.points],
-                       Path(args.coding_full) if args.coding_full else None)
+                       Path(args.coding_full) if args.coding_full else None, plots=not args.no_plots)
     print(result.summary_path)
     return 0
 
@@ -151,6 +153,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--coding-full", metavar="PICKS_JSON",
                         help="results/coding_full/picks.json: add the recommended points' full HumanEval "
                              "(coding_eval.full_on_picks) as a section")
+    parser.add_argument("--no-plots", action="store_true",
+                        help="write the tables and the summary without the plots (drawing them takes most of the time)")
     parser.set_defaults(func=run)
     register_picks(subparsers)
 

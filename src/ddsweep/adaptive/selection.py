@@ -8,8 +8,8 @@ evidence with a band widened by its instability, and is never the best at its ow
 figure that settled, or an unsettled one only where even its lower bound, widened, lies above every settled
 figure. The same selection runs again after each confirmation launch but the last (the race, adaptive/race.py),
 on every launch of each point so far, and there keeps at most `sweep.screen.race_keep` of the remaining
-candidates per place, the best by their figures so far (an unsettled figure whose widened band reaches above the
-leader is not capped): a place whose leader no rival can still beat keeps the leader alone. See docs/adaptive.md.
+candidates per place, the best by their figures so far: a place whose leader no rival can still beat keeps the
+leader alone. See docs/adaptive.md.
 """
 
 from __future__ import annotations
@@ -138,10 +138,9 @@ def _compare(scores: dict[str, ScreenedFigure], where: str, confidence: float, d
     """Drop from `scores` every point whose band of the relative difference to the leader lies below +`tolerance`
     (clearly worse, or at most a near-tie), then, with `keep_at_most`, every remaining point ranked below that
     many (the leader first, the others by figure; the `uncapped` points, the baselines, neither count nor are
-    capped); returns the leader. A figure whose cell did not settle keeps its evidence: its band is widened by its
-    instability, so it is dropped only when even its widened upper bound lies below the leader's lower bound, it
-    leads only by its widened lower bound (`leader`), and the cap passes it over while its widened band reaches
-    above the leader's figure (its rank is no evidence).
+    capped); returns the leader. A figure whose cell did not settle keeps
+    its evidence: its band is widened by its instability, so it is dropped only when even its widened upper bound
+    lies below the leader's lower bound, and it leads only by its widened lower bound (`leader`).
     (Bonferroni-adjusted bands gave no more correct recommendations in benchmarks/bench_adaptive.py on the
     62-job grid, 27 vs 28 of 30, and confirmed about 1.7 times as many.)"""
     ranked = bands(scores, where, confidence, leader(scores)) if scores else []
@@ -154,8 +153,6 @@ def _compare(scores: dict[str, ScreenedFigure], where: str, confidence: float, d
             continue
         remaining += 1
         if keep_at_most and remaining > keep_at_most:
-            if scores[verdict.point_id].instability and verdict.high > 0:
-                continue  # its rank comes from a figure that did not settle, which could still beat the leader
             verdict.rank, verdict.kept = remaining, keep_at_most
             dropped[verdict.point_id] = verdict
     return ranked[0].best if ranked else None

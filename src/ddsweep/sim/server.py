@@ -49,6 +49,7 @@ FAULT_KINDS = ("exit-during-startup", "never-healthy", "crash-after", "hang", "e
                "cut-stream-rate", "ignore-sigterm", "slow-shutdown", "spawn-child", "ignore-knob", "lossy",
                "refuse-flags", "never-healthy-first", "abort-every", "engine-exception", "stall-every", "drift")
 STALL_S = 1.0  # default first-token stall of `stall-every:N[,SECONDS]`
+DRIFT_RESET_IDLE_S = 0.5  # idle time that ends a busy period of `drift:RATE` (between cells, not requests)
 # SGLang 0.5.23's message when it aborts a decoding request it cannot keep (managers/schedule_batch.py).
 ABORT_MESSAGE = "Retracted under decode memory pressure without a KV backup. Retry later."
 ABORT_STATUS = 503
@@ -172,11 +173,13 @@ class SimServer(OpenAIEndpoints):
         while True:
             if not self.running and not self.waiting:
                 self.wake.clear()
-                self._drift_t0 = None  # drift:RATE restarts with each busy period
                 self._heat.advance(loop.time(), busy=True)
+                idle_since = loop.time()
                 await self.wake.wait()
                 target = loop.time()
                 self._heat.advance(target, busy=False)  # it cooled while idle
+                if target - idle_since > DRIFT_RESET_IDLE_S:
+                    self._drift_t0 = None  # drift:RATE restarts with each busy period
             batch = [r for r in self.running if not r.cancelled]
             pending = [r for r in self.waiting if not r.cancelled]
             room = max(0, self.max_running - len(batch))
@@ -542,7 +545,9 @@ class SimServer(OpenAIEndpoints):
 
     def _drift(self) -> float:
         """The step-time factor of `drift:RATE`: 1 + RATE per second since the first decode step of the current busy
-        period (a server that slows down steadily under load, so a cell never settles however long it has been up)."""
+        period (a server that slows down steadily under load, so a cell never settles however long it has been up).
+        A busy period ends when the server has been idle for DRIFT_RESET_IDLE_S: the moment between a closed loop's
+        requests, all ending at the same step, does not end it."""
         drift = self.s.fault("drift")
         if not drift:
             return 1.0

@@ -2,8 +2,7 @@
 
 The endpoints, the scheduler loop and the faults share one server state; the HTTP layer (`http`), the records
 (`records`), the OpenAI-compatible endpoints (`openai`), the timing and acceptance model (`model`) and SGLang's
-request checks (`contract`) are sibling modules.
-"""
+request checks (`contract`) are sibling modules."""
 
 from __future__ import annotations
 
@@ -178,8 +177,8 @@ class SimServer(OpenAIEndpoints):
                 await self.wake.wait()
                 target = loop.time()
                 self._heat.advance(target, busy=False)  # it cooled while idle
-                if target - idle_since > DRIFT_RESET_IDLE_S:
-                    self._drift_t0 = None  # drift:RATE restarts with each busy period
+                if target - idle_since > DRIFT_RESET_IDLE_S:  # drift:RATE restarts with each busy period
+                    self._drift_t0 = None
             batch = [r for r in self.running if not r.cancelled]
             pending = [r for r in self.waiting if not r.cancelled]
             room = max(0, self.max_running - len(batch))
@@ -544,15 +543,11 @@ class SimServer(OpenAIEndpoints):
             self._submit(g)
 
     def _drift(self) -> float:
-        """The step-time factor of `drift:RATE`: 1 + RATE per second since the first decode step of the current busy
-        period (a server that slows down steadily under load, so a cell never settles however long it has been up).
-        A busy period ends when the server has been idle for DRIFT_RESET_IDLE_S: the moment between a closed loop's
-        requests, all ending at the same step, does not end it."""
-        drift = self.s.fault("drift")
-        if not drift:
+        """The step-time factor of `drift:RATE`: 1 + RATE per second since the busy period's first decode step (it
+        ends after DRIFT_RESET_IDLE_S idle): a server slowing down under load, so a cell never settles."""
+        if not (drift := self.s.fault("drift")):
             return 1.0
-        if self._drift_t0 is None:
-            self._drift_t0 = time.monotonic()
+        self._drift_t0 = self._drift_t0 or time.monotonic()
         return 1.0 + float(drift.arg or 0.5) * (time.monotonic() - self._drift_t0)
 
     def _log_prompts(self, prompts: list) -> None:

@@ -6,9 +6,11 @@ storage plugins (snakemake-storage-plugin-fs, snakemake-storage-plugin-s3) with 
 (for S3: SNAKEMAKE_STORAGE_S3_ENDPOINT_URL, _ACCESS_KEY, _SECRET_KEY, _REGION). Its layout is `results/` as the
 workflow writes it, so `ddsweep summarize STORE/results` reads a filesystem store unchanged.
 
-A unit is one job's directory (`results/points/<id>`, `results/launches/<id>/launch-<k>`,
-`results/preflight/<preset>`, `reports`). A finished unit is pushed whole, then its manifest `stored.json` (every
-file with its size and mtime) last: a unit without a manifest in the store is never taken for finished. A point
+A unit is one job's directory (`results/points/<id>`, `results/launches/<id>/launch-<k>`, `reports`), or one
+preset's preflight result (`results/preflight/<preset>.json`, pushed by the preflight job itself before it ends, so
+that every point finds its preflight in the store). A finished unit is pushed whole, then its manifest (every file
+with its size and mtime; `<unit>/stored.json`, or `<preset>.stored.json` beside a preflight result) last: a unit
+without a manifest in the store is never taken for finished. A point
 job marks each attempt in `<unit>/started/` at its start and end; an attempt with a start and no end was lost with
 its machine (docs/results-schema.md, "Interruptions")."""
 
@@ -32,6 +34,9 @@ from typing import Any
 from ddsweep.storage import read_json, write_json_atomic
 
 MANIFEST = "stored.json"
+# Before each preflight result was a unit of its own, the preflights were one directory unit: a pull still takes a
+# preflight result from its manifest.
+LEGACY_PREFLIGHTS = "results/preflight"
 STARTED = "started"
 
 
@@ -182,6 +187,59 @@ def push_unit(store: StudyStore, workdir: Path, unit: str, marker: Path) -> dict
     return manifest
 
 
+def manifest_path(unit: str) -> str:
+    """Where a unit's manifest lies in the store: `<unit>/stored.json`, or `<name>.stored.json` beside a one-file
+    unit (a preflight result, `<name>.json`)."""
+    return f"{unit.removesuffix('.json')}.stored.json" if unit.endswith(".json") else f"{unit}/{MANIFEST}"
+
+
+def push_file(store: StudyStore, workdir: Path, unit: str) -> dict[str, Any]:
+    """Copy a one-file unit (a preset's preflight result, relative to `workdir`) to the same path in the store,
+    then its manifest (last)."""
+    path = Path(workdir) / unit
+    stat = path.stat()
+    manifest = {"unit": unit, "files": {path.name: {"size": stat.st_size, "mtime": stat.st_mtime}},
+                "host": socket.gethostname(), "stored_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    if store.exists(manifest_path(unit)):
+        store._object(manifest_path(unit)).remove()
+    store.put(path, unit)
+    with tempfile.TemporaryDirectory(prefix="ddsweep-push-") as scratch:
+        store.put(write_json_atomic(Path(scratch) / MANIFEST, manifest), manifest_path(unit))
+    return manifest
+
+
+def _file_manifest(store: StudyStore, unit: str, scratch: Path) -> dict[str, Any] | None:
+    """The manifest of a one-file unit in the store, or its entry in the preflights' former directory manifest."""
+    for remote in (manifest_path(unit), f"{LEGACY_PREFLIGHTS}/{MANIFEST}"):
+        if store.get(remote, scratch / "manifest.json"):
+            manifest = read_json(scratch / "manifest.json")
+            name = Path(unit).name
+            if name in manifest["files"]:
+                return {**manifest, "files": {name: manifest["files"][name]}}
+    return None
+
+
+def _pull_file(store: StudyStore, workdir: Path, unit: str) -> bool:
+    """Restore a one-file unit that the store holds and this directory lacks, with its stored mtime."""
+    local = Path(workdir) / unit
+    if local.exists():
+        return False
+    with tempfile.TemporaryDirectory(prefix="ddsweep-pull-") as scratch:
+        manifest = _file_manifest(store, unit, Path(scratch))
+        if manifest is None:
+            return False
+        ((name, meta),) = manifest["files"].items()
+        staged = Path(scratch) / name
+        store.get(unit, staged)
+        if not _complete(Path(scratch), manifest):
+            raise StoreError(f"store {store.location.root}: {unit} does not match its manifest (missing or of "
+                             "another size); not restored")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(staged, local)
+        os.utime(local, (meta["mtime"], meta["mtime"]))
+    return True
+
+
 @dataclass
 class PullReport:
     """What a pull found: units restored from the store, and units whose attempts were interrupted."""
@@ -202,6 +260,10 @@ def pull(store: StudyStore, workdir: Path, units: Iterable[str]) -> PullReport:
     markers and report the attempts that started and never ended."""
     report = PullReport([], {})
     for unit in units:
+        if unit.endswith(".json"):
+            if _pull_file(store, workdir, unit):
+                report.restored.append(unit)
+            continue
         local = Path(workdir) / unit
         remote = unit
         if (local / MANIFEST).exists():
@@ -328,14 +390,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     get = verbs.add_parser("pull", help="restore finished units from the store into a results directory")
     get.add_argument("--store", required=True, help="absolute path or s3://BUCKET/PREFIX")
     get.add_argument("--workdir", default=".", help="the study's working directory (default .)")
-    get.add_argument("units", nargs="+", help="units to restore, e.g. results/points/<id> results/preflight/<preset>")
+    get.add_argument("units", nargs="+",
+                     help="units to restore, e.g. results/points/<id> results/preflight/<preset>.json")
     get.set_defaults(func=_pull_command)
 
 
 def store_units(presets: Iterable[str], points: Iterable[str], launches: int) -> list[str]:
-    """The job directories of a grid study that the store holds: each preset's preflight, each point, each
-    launch."""
-    units = [f"results/preflight/{preset}" for preset in presets]
+    """The units of a grid study that the store holds: each preset's preflight result, each point's and each
+    launch's directory."""
+    units = [f"results/preflight/{preset}.json" for preset in presets]
     for point in points:
         units.append(f"results/points/{point}")
         if launches > 1:

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from conftest import needs_rsync
 
-from ddsweep.point.marks import AttemptMarks, unit_of
+from ddsweep.point.marks import STORE_ENV, AttemptMarks, unit_of
+from ddsweep.point.preflight import store_result
 from ddsweep.store import (
+    LEGACY_PREFLIGHTS,
     MANIFEST,
     StoreError,
     StudyStore,
@@ -19,6 +21,7 @@ from ddsweep.store import (
     mark_attempt,
     parse_store,
     pull,
+    push_file,
     push_unit,
     store_units,
 )
@@ -65,6 +68,50 @@ def test_a_pushed_unit_comes_back_whole_with_its_mtimes_in_a_fresh_directory(sto
     assert not (second / "results" / "points" / "never-ran").exists()
     # a unit already here is left alone
     assert pull(store, second, [UNIT]).restored == []
+
+
+def test_a_preflight_result_is_a_unit_of_its_own_and_comes_back_with_its_mtime(store, tmp_path):
+    first = tmp_path / "machine-1"
+    result = first / "results/preflight/ar.json"
+    result.parent.mkdir(parents=True)
+    result.write_text(json.dumps({"ok": True}))
+    push_file(store, first, "results/preflight/ar.json")
+    second = tmp_path / "machine-2"
+    units = store_units(["ar", "ddtree"], [], 1)
+    assert pull(store, second, units).restored == ["results/preflight/ar.json"]  # ddtree's never ran
+    restored = second / "results/preflight/ar.json"
+    assert restored.read_bytes() == result.read_bytes()
+    assert restored.stat().st_mtime == pytest.approx(result.stat().st_mtime, abs=1e-3)  # its points stay up to date
+    assert pull(store, second, units).restored == []  # a result already here is left alone
+
+
+def test_a_preflight_result_of_the_former_one_unit_layout_comes_back(store, tmp_path):
+    first = tmp_path / "machine-1"
+    (first / LEGACY_PREFLIGHTS).mkdir(parents=True)
+    for preset in ("ar", "ddtree"):
+        (first / LEGACY_PREFLIGHTS / f"{preset}.json").write_text(json.dumps({"preset": preset}))
+    push_unit(store, first, LEGACY_PREFLIGHTS, first / LEGACY_PREFLIGHTS / MANIFEST)
+    second = tmp_path / "machine-2"
+    assert pull(store, second, store_units(["ddtree"], [], 1)).restored == ["results/preflight/ddtree.json"]
+    assert json.loads((second / "results/preflight/ddtree.json").read_text()) == {"preset": "ddtree"}
+    assert not (second / "results/preflight/ar.json").exists()
+
+
+def test_the_preflight_job_copies_its_result_to_the_store_before_it_ends(tmp_path, monkeypatch, capsys):
+    needs_rsync()
+    monkeypatch.chdir(tmp_path)
+    Path("results/preflight").mkdir(parents=True)
+    Path("results/preflight/ar.json").write_text("{}")
+    monkeypatch.delenv(STORE_ENV, raising=False)
+    assert store_result("results/preflight/ar.json") and not (tmp_path / "store").exists()  # no store: nothing to do
+    monkeypatch.setenv(STORE_ENV, str(tmp_path / "store"))
+    assert store_result("results/preflight/ar.json")
+    assert (tmp_path / "store/results/preflight/ar.json").read_text() == "{}"
+    assert json.loads((tmp_path / "store/results/preflight/ar.stored.json").read_text())["unit"] == (
+        "results/preflight/ar.json")
+    monkeypatch.setenv(STORE_ENV, "s3://")
+    assert not store_result("results/preflight/ar.json")
+    assert "cannot copy results/preflight/ar.json to the study store" in capsys.readouterr().err
 
 
 def test_a_unit_without_its_manifest_is_never_taken_for_finished(tmp_path):
@@ -146,6 +193,6 @@ def test_store_locations_and_units():
     assert unit_of(Path("/x/results/points/p1")) == "results/points/p1"
     assert unit_of(Path("/x/elsewhere/p1")) is None
     assert store_units(["ar", "ddtree"], ["ar", "p1"], 2) == [
-        "results/preflight/ar", "results/preflight/ddtree", "results/points/ar", "results/launches/ar/launch-0",
-        "results/launches/ar/launch-1", "results/points/p1", "results/launches/p1/launch-0",
-        "results/launches/p1/launch-1"]
+        "results/preflight/ar.json", "results/preflight/ddtree.json", "results/points/ar",
+        "results/launches/ar/launch-0", "results/launches/ar/launch-1", "results/points/p1",
+        "results/launches/p1/launch-0", "results/launches/p1/launch-1"]

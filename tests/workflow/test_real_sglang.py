@@ -162,7 +162,7 @@ def test_dflash_fails_with_sglangs_own_refusal_as_a_configuration_result(real_ru
 
 def test_the_ddtree_point_is_stopped_by_the_preflight_naming_the_flag(real_run):
     workdir = real_run[0]
-    preflight = _json(workdir / "results/preflight/ddtree/preflight.json")
+    preflight = _json(workdir / "results/preflight/ddtree.json")
     assert preflight["ok"] is False
     errors = [f["message"] for f in preflight["findings"] if f["level"] == "error"]
     assert any(m.endswith("does not accept the flag --speculative-ddtree-budget") for m in errors), errors
@@ -172,7 +172,7 @@ def test_the_ddtree_point_is_stopped_by_the_preflight_naming_the_flag(real_run):
     assert "--speculative-ddtree-budget" in done["reason"]
     assert not (point / "server.log").exists(), "the preflight must stop the point before any server start"
     for preset in ("ar", "dflash", "dflash-nooverlap"):
-        assert _json(workdir / f"results/preflight/{preset}/preflight.json")["ok"] is True
+        assert _json(workdir / f"results/preflight/{preset}.json")["ok"] is True
 
 
 def test_the_summary_reports_all_four_and_is_labelled_a_toy(real_run):

@@ -124,11 +124,11 @@ def test_a_lost_machine_loses_no_finished_point_and_a_fresh_directory_resumes_fr
     finished_before = {p: json.loads((store / "results" / "points" / p / "done.json").read_text())
                        for p in POINTS if (store / "results" / "points" / p / "stored.json").exists()}
     assert interrupted not in finished_before and finished_before
-    # a point starts once its preset's preflight is in the store: a finished point never waits for it to rerun
+    # a preflight job ends once its result is in the store: a finished point never needs it rerun
     for point in finished_before:
-        assert (store / "results" / "preflight" / ("ar" if point == "ar" else "ddtree") / "stored.json").exists()
-    # every unit with its manifest in the store: the finished points and the preflights
-    stored_units = [m.parent for m in store.rglob("stored.json")]
+        assert (store / "results" / "preflight" / f"{'ar' if point == 'ar' else 'ddtree'}.stored.json").exists()
+    # every unit with its manifest in the store: the finished points and the preflight results
+    stored_units = list(store.rglob("*stored.json"))
 
     second = _workdir(tmp_path, "machine-2", study)
     result = _run(second, f"store={store}")

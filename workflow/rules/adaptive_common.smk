@@ -31,7 +31,7 @@ def adaptive_point(wildcards):
 
 def adaptive_preflight(wildcards):
     """The preflight result of the point's preset."""
-    return preflight_result(adaptive_point(wildcards).preset)
+    return f"results/preflight/{adaptive_point(wildcards).preset}.json"
 
 
 def refined_screen_files(wildcards):

@@ -34,7 +34,7 @@ checkpoint coding_picks:
 
 rule coding_full:
     input:
-        preflight=lambda wildcards: preflight_result(resolve_point(STUDY, wildcards.pick).preset),
+        preflight=lambda wildcards: f"results/preflight/{resolve_point(STUDY, wildcards.pick).preset}.json",
     output:
         done="results/coding_full/{pick}/done.json",
     log:

@@ -338,21 +338,12 @@ def final_outputs():
     ]
 
 
-def preflight_result(preset):
-    """Where the preflight of a preset writes its result (workflow/rules/preflight.smk)."""
-    return f"results/preflight/{preset}/preflight.json"
-
-
-def preflight_in_store(preset):
-    """With a study store, the manifest of a preset's preflight once copied there (none without a store)."""
-    return [f"results/preflight/{preset}/stored.json"] if STORE else []
-
-
 def stored_markers():
-    """With a study store: the manifest of every job's directory and of the reports, once copied there."""
+    """With a study store: the manifest of every job's directory and of the reports, once copied there (a preflight
+    job copies its own result: ddsweep.point.preflight.store_result)."""
     if not STORE:
         return []
-    return [f"{unit}/stored.json" for unit in [*store_units(PRESETS, POINTS, LAUNCHES), "reports"]]
+    return [f"{unit}/stored.json" for unit in [*store_units([], POINTS, LAUNCHES), "reports"]]
 
 
 def study_outcome():
@@ -363,9 +354,7 @@ def study_outcome():
 
 
 def stored_unit_inputs(wildcards):
-    """What a unit's copy waits for: its job's terminal record, its preset's preflight, or the finished reports."""
-    if wildcards.unit.startswith("results/preflight/"):
-        return [f"{wildcards.unit}/preflight.json"]
+    """What a unit's copy waits for: its job's terminal record, or the finished reports."""
     if wildcards.unit == "reports":
         return [f for f in final_outputs() if f.startswith("reports/") and f != "reports/stored.json"]
     return [f"{wildcards.unit}/done.json"]

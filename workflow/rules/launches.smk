@@ -21,8 +21,7 @@ if LAUNCHES > 1:
 
     rule launch_point:
         input:
-            preflight=lambda wildcards: preflight_result(POINTS[wildcards.point].preset),
-            preflight_in_store=lambda wildcards: preflight_in_store(POINTS[wildcards.point].preset),
+            preflight=lambda wildcards: f"results/preflight/{POINTS[wildcards.point].preset}.json",
         output:
             done="results/launches/{point}/launch-{launch}/done.json",
         log:

@@ -1,8 +1,6 @@
 rule run_point:
     input:
-        preflight=lambda wildcards: preflight_result(POINTS[wildcards.point].preset),
-        # with a study store, a point starts once its preflight is there: a finished point never needs it rerun
-        preflight_in_store=lambda wildcards: preflight_in_store(POINTS[wildcards.point].preset),
+        preflight=lambda wildcards: f"results/preflight/{POINTS[wildcards.point].preset}.json",
     # done.json is written when the point completed or failed because of its configuration (a result of the
     # study); an infrastructure failure (the machine's: start-up timeout, OOM on a busy GPU, NCCL, an interruption
     # from outside) fails the job, which is retried, and on the last attempt is recorded as persisted: the

@@ -25,7 +25,7 @@ envvars:
 
 rule preflight:
     output:
-        preflight_result("{preset}"),
+        "results/preflight/{preset}.json",
     log:
         "results/logs/preflight/{preset}.log",
     priority: reference_priority("preset")

@@ -1,10 +1,11 @@
 # The study store (`store`, config/README.md): each finished job's directory is copied there as soon as it ends,
 # and the reports once written, through Snakemake's storage plugins (ddsweep.store; `ddsweep store push`). The
-# manifest written last, <unit>/stored.json, is the local marker of a unit that is in the store.
+# manifest written last, <unit>/stored.json, is the local marker of a unit that is in the store. A preflight job
+# copies its own result before it ends (ddsweep.point.preflight.store_result), so every point finds it there.
 
 
 wildcard_constraints:
-    unit=r"results/(preflight/[^/]+|points/[^/]+|launches/[^/]+/launch-\d+)|reports",
+    unit=r"results/(points/[^/]+|launches/[^/]+/launch-\d+)|reports",
 
 
 if STORE:

@@ -37,7 +37,9 @@ from ddsweep.config.study import (
     expand_points,
 )
 from ddsweep.point.lifecycle import render_server
+from ddsweep.point.marks import STORE_ENV
 from ddsweep.storage import write_json_atomic
+from ddsweep.store import StoreError, StudyStore, push_file
 
 # The port placeholder's value in rendered commands: any valid port does, nothing listens on it.
 PROBE_PORT = 30000
@@ -361,6 +363,22 @@ def check_matrix(config: dict) -> list[Finding]:
                     f"{describe_cells([cell])}") for cell in cells]
 
 
+def store_result(path: str) -> bool:
+    """With a study store (DDSWEEP_STORE), copy the written result to it before the job ends, so that every point
+    that ran finds its preflight there on a fresh machine (ddsweep.store); False, after saying why, if it cannot."""
+    url = os.environ.get(STORE_ENV)
+    if not url:
+        return True
+    unit = Path(os.path.relpath(path)).as_posix()
+    try:
+        push_file(StudyStore.open(url), Path("."), unit)
+    except StoreError as exc:
+        print(f"ddsweep preflight: cannot copy {unit} to the study store: {exc}; no point of this preset starts "
+              "before it is there", file=sys.stderr)
+        return False
+    return True
+
+
 def _run_preflight_command(args: argparse.Namespace) -> int:
     """`ddsweep preflight`: print every finding; exit 1 on any error, 2 on an invalid configuration."""
     try:
@@ -383,6 +401,8 @@ def _run_preflight_command(args: argparse.Namespace) -> int:
     if args.write:
         write_json_atomic(args.write, {"study": config["study"], "scope": scope, "ok": not errors,
                                        "findings": [asdict(f) for f in findings]})
+        if not store_result(args.write):
+            return 1
     if errors:
         print(f"ddsweep preflight: {len(errors)} error(s) in study {config['study']!r} ({scope}); "
               "sweep.on_preflight_error is record: its points are recorded as failed (error kind preflight) "

@@ -10,9 +10,9 @@ A unit is one job's directory (`results/points/<id>`, `results/launches/<id>/lau
 preset's preflight result (`results/preflight/<preset>.json`, pushed by the preflight job itself before it ends, so
 that every point finds its preflight in the store). A finished unit is pushed whole, then its manifest (every file
 with its size and mtime; `<unit>/stored.json`, or `<preset>.stored.json` beside a preflight result) last: a unit
-without a manifest in the store is never taken for finished. A point
-job marks each attempt in `<unit>/started/` at its start and end; an attempt with a start and no end was lost with
-its machine (docs/results-schema.md, "Interruptions")."""
+without a manifest in the store is never taken for finished. A point job marks each attempt in `<unit>/started/` at
+its start and end; an attempt with a start and no end was lost with its machine (docs/results-schema.md,
+"Interruptions")."""
 
 from __future__ import annotations
 
@@ -161,10 +161,12 @@ def _clear(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def manifest_of(unit_dir: Path) -> dict[str, Any]:
-    """Every file of a unit (but the manifest) with its size and mtime, as pushed."""
+def manifest_of(unit_dir: Path, paths: Iterable[Path] | None = None) -> dict[str, Any]:
+    """Every file of a unit (but the manifest; or only `paths`) with its size and mtime, as pushed."""
+    if paths is None:
+        paths = sorted(p for p in unit_dir.rglob("*") if p.is_file() and p.name != MANIFEST)
     files = {}
-    for path in sorted(p for p in unit_dir.rglob("*") if p.is_file() and p.name != MANIFEST):
+    for path in paths:
         stat = path.stat()
         files[path.relative_to(unit_dir).as_posix()] = {"size": stat.st_size, "mtime": stat.st_mtime}
     return {"files": files, "host": socket.gethostname(),
@@ -177,13 +179,18 @@ def push_unit(store: StudyStore, workdir: Path, unit: str, marker: Path) -> dict
     unit_dir = Path(workdir) / unit
     if not unit_dir.is_dir():
         raise StoreError(f"store {store.location.root}: {unit_dir} is not a directory")
-    manifest = {"unit": unit, **manifest_of(unit_dir)}
-    remote = unit
-    if store.exists(f"{remote}/{MANIFEST}"):
-        store._object(f"{remote}/{MANIFEST}").remove()
-    store.put(unit_dir, remote)
+    return _push(store, unit_dir, unit, {"unit": unit, **manifest_of(unit_dir)}, Path(marker))
+
+
+def _push(store: StudyStore, local: Path, unit: str, manifest: dict[str, Any], marker: Path) -> dict[str, Any]:
+    """Copy `local` (a unit's directory or file) to `unit` in the store, its former manifest removed first, then
+    the manifest, written to `marker`, last."""
+    remote_manifest = manifest_path(unit)
+    if store.exists(remote_manifest):
+        store._object(remote_manifest).remove()
+    store.put(local, unit)
     write_json_atomic(marker, manifest)
-    store.put(Path(marker), f"{remote}/{MANIFEST}")
+    store.put(marker, remote_manifest)
     return manifest
 
 
@@ -197,15 +204,9 @@ def push_file(store: StudyStore, workdir: Path, unit: str) -> dict[str, Any]:
     """Copy a one-file unit (a preset's preflight result, relative to `workdir`) to the same path in the store,
     then its manifest (last)."""
     path = Path(workdir) / unit
-    stat = path.stat()
-    manifest = {"unit": unit, "files": {path.name: {"size": stat.st_size, "mtime": stat.st_mtime}},
-                "host": socket.gethostname(), "stored_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    if store.exists(manifest_path(unit)):
-        store._object(manifest_path(unit)).remove()
-    store.put(path, unit)
+    manifest = {"unit": unit, **manifest_of(path.parent, [path])}
     with tempfile.TemporaryDirectory(prefix="ddsweep-push-") as scratch:
-        store.put(write_json_atomic(Path(scratch) / MANIFEST, manifest), manifest_path(unit))
-    return manifest
+        return _push(store, path, unit, manifest, Path(scratch) / MANIFEST)
 
 
 def _file_manifest(store: StudyStore, unit: str, scratch: Path) -> dict[str, Any] | None:
@@ -228,16 +229,21 @@ def _pull_file(store: StudyStore, workdir: Path, unit: str) -> bool:
         manifest = _file_manifest(store, unit, Path(scratch))
         if manifest is None:
             return False
-        ((name, meta),) = manifest["files"].items()
-        staged = Path(scratch) / name
-        store.get(unit, staged)
+        store.get(unit, Path(scratch) / local.name)
         if not _complete(Path(scratch), manifest):
             raise StoreError(f"store {store.location.root}: {unit} does not match its manifest (missing or of "
                              "another size); not restored")
-        local.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(staged, local)
-        os.utime(local, (meta["mtime"], meta["mtime"]))
+        _restore(Path(scratch), local.parent, manifest)
     return True
+
+
+def _restore(staged: Path, local: Path, manifest: dict[str, Any]) -> None:
+    """Copy the files of a unit's manifest from `staged` to `local`, each with its stored mtime."""
+    for name, meta in manifest["files"].items():
+        target = local / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(staged / name, target)
+        os.utime(target, (meta["mtime"], meta["mtime"]))
 
 
 @dataclass
@@ -269,22 +275,17 @@ def pull(store: StudyStore, workdir: Path, units: Iterable[str]) -> PullReport:
         if (local / MANIFEST).exists():
             continue
         with tempfile.TemporaryDirectory(prefix="ddsweep-pull-") as scratch:
-            manifest_path = Path(scratch) / MANIFEST
-            if store.get(f"{remote}/{MANIFEST}", manifest_path):
-                manifest = read_json(manifest_path)
+            fetched = Path(scratch) / MANIFEST
+            if store.get(manifest_path(remote), fetched):
+                manifest = read_json(fetched)
                 staged = Path(scratch) / "unit"
                 store.get(remote, staged)
                 if not _complete(staged, manifest):
                     raise StoreError(f"store {store.location.root}: {remote} does not match its manifest (a file is "
                                      "missing or of another size); not restored")
-                for name, meta in manifest["files"].items():
-                    target = local / name
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(staged / name, target)
-                    os.utime(target, (meta["mtime"], meta["mtime"]))
+                _restore(staged, local, manifest)
                 write_json_atomic(local / MANIFEST, manifest)
-                # the manifest as old as the unit's newest file: a job that used the unit (a point its preset's
-                # preflight) stays newer than it, as it was where it ran
+                # the manifest as old as the unit's newest file, as where it was written after them
                 newest = max((meta["mtime"] for meta in manifest["files"].values()), default=None)
                 if newest is not None:
                     os.utime(local / MANIFEST, (newest, newest))

@@ -2,8 +2,9 @@
 
 The workflow fixes the deadline when it starts (`budget_s` seconds from then, and no later than the end of the
 Slurm allocation it runs in) and passes it, with the estimate of one point job, to every point job through
-DDSWEEP_TIME_BUDGET. A job that would not fit records itself as not started (`error_kind: time_budget`,
-persisted): the summary names it, and the next invocation drops the record and runs it."""
+DDSWEEP_TIME_BUDGET; a job, as it starts, takes instead the median of the study's jobs finished by then, when
+there are some. A job that would not fit records itself as not started (`error_kind: time_budget`, persisted):
+the summary names it, and the next invocation drops the record and runs it."""
 
 from __future__ import annotations
 
@@ -33,12 +34,17 @@ class TimeBudget:
         """Seconds left before the deadline."""
         return self.deadline - (time.time() if now is None else now)
 
-    def refusal(self, now: float | None = None) -> str | None:
-        """Why a job starting now would not fit, or None when it fits."""
+    def refusal(self, now: float | None = None, observed: Iterable[float] = ()) -> str | None:
+        """Why a job starting now would not fit, or None when it fits. The estimate is the median of the study's jobs
+        finished by now (`observed`) when there are some, else the one the invocation started with: the jobs that
+        ended since the invocation began show the machine's pace better than the configured estimate."""
+        seen = list(observed)
+        estimate = statistics.median(seen) if seen else self.job_estimate_s
         left = self.left_s(now)
-        if self.job_estimate_s <= left:
+        if estimate <= left:
             return None
-        return (f"not started: its estimate ({self.job_estimate_s:.0f} s) does not fit the {max(left, 0):.0f} s left "
+        basis = f", the median of the study's {len(seen)} finished job(s)" if seen else ""
+        return (f"not started: its estimate ({estimate:.0f} s{basis}) does not fit the {max(left, 0):.0f} s left "
                 f"of {self.source}")
 
     def to_env(self) -> str:
@@ -54,10 +60,13 @@ class TimeBudget:
 
 
 def observed_job_seconds(results_dir: Path) -> list[float]:
-    """Wall times of the point jobs of this study that completed (status.json `duration_s`), for the estimate."""
+    """Wall times of the point jobs of this study that completed (status.json `duration_s`), for the estimate. A
+    point merged from its launches (launches.json beside it) is not one job: its duration is their sum."""
     found = []
     for pattern in ("points/*/status.json", "launches/*/launch-*/status.json"):
         for path in sorted(Path(results_dir).glob(pattern)):
+            if (path.parent / "launches.json").exists():
+                continue
             try:
                 duration = json.loads(path.read_text(encoding="utf-8")).get("duration_s")
             except (OSError, ValueError):
@@ -87,6 +96,12 @@ def make_budget(config: dict, results_dir: Path, started: float, slurm_left_s: f
         return None
     deadline, source = min(limits)
     return TimeBudget(deadline, job_estimate_s(config, observed_job_seconds(results_dir)), source)
+
+
+def results_dir_of(out_dir: Path) -> Path:
+    """The results directory above a job's output directory (`<results>/points/<id>`, `<results>/screen/<id>`,
+    `<results>/launches/<id>/launch-<k>`, `<results>/confirm/<id>/launch-<k>`)."""
+    return out_dir.parents[2] if out_dir.name.startswith("launch-") else out_dir.parents[1]
 
 
 def not_started(results_dir: Path) -> list[str]:

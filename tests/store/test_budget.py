@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 from conftest import demo_config
 
-from ddsweep.budget import TimeBudget, job_estimate_s, make_budget, not_started, resume_message
+from ddsweep.budget import (
+    TimeBudget,
+    job_estimate_s,
+    make_budget,
+    not_started,
+    observed_job_seconds,
+    results_dir_of,
+    resume_message,
+)
 
 
 def test_a_job_starts_only_when_its_estimate_fits_the_time_left():
@@ -19,6 +27,26 @@ def test_a_job_starts_only_when_its_estimate_fits_the_time_left():
     assert refusal is not None and "99 s left" in refusal and "estimate (100 s)" in refusal
     assert TimeBudget.from_env(budget.to_env()) == budget
     assert TimeBudget.from_env("") is None
+
+
+def test_a_job_takes_the_median_of_the_jobs_finished_when_it_starts():
+    # the configured estimate (204 s) fits the 250 s left; the jobs finished since the invocation began took 300-340 s
+    budget = TimeBudget(deadline=1000.0, job_estimate_s=204.0, source="the time budget (budget_s=1490)")
+    assert budget.refusal(now=750.0) is None
+    refusal = budget.refusal(now=750.0, observed=[342.0, 298.0, 325.0])
+    assert refusal is not None and "estimate (325 s, the median of the study's 3 finished job(s))" in refusal
+    assert budget.refusal(now=750.0, observed=[120.0]) is None
+
+
+def test_a_merged_point_is_not_counted_as_one_job_and_the_results_directory_is_found_from_a_job(tmp_path):
+    for unit, duration in (("launches/a/launch-0", 300.0), ("launches/a/launch-1", 340.0), ("points/a", 640.0),
+                           ("points/b", 100.0)):
+        (tmp_path / unit).mkdir(parents=True)
+        (tmp_path / unit / "status.json").write_text(json.dumps({"duration_s": duration}))
+    (tmp_path / "points" / "a" / "launches.json").write_text("{}")
+    assert sorted(observed_job_seconds(tmp_path)) == [100.0, 300.0, 340.0]
+    for unit in ("points/a", "screen/a", "launches/a/launch-1", "confirm/a/launch-0"):
+        assert results_dir_of(tmp_path / unit) == tmp_path
 
 
 def test_the_estimate_is_the_studys_median_job_once_it_has_some(tmp_path):

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -162,24 +163,31 @@ def test_a_lost_machine_loses_no_finished_point_and_a_fresh_directory_resumes_fr
 @pytest.mark.slow
 def test_a_time_budget_measures_what_fits_names_the_rest_and_the_next_invocation_finishes(tmp_path, s3_endpoint):
     store = f"s3://ddsweep-budget-{uuid.uuid4().hex[:12]}/study"
-    # each job: a 20-s start-up and a little more; the estimate (resources.estimate, 30 s) fits twice in 72 s and a
-    # third job cannot start before 2 x 20 s have passed, when less than 30 s is left. Under a heavy load the first
-    # job can take long enough that the second does not fit either: at least one, at most two are measured.
-    study = _study(startup_delay=20, resources={"estimate": {"startup_min": 0.5, "cell_min": 0.0, "coding_min": 0}})
+    # each job: a 20-s start-up and a little more (about 22 s), where resources.estimate says 10 s. The first job
+    # starts on that estimate, the later ones on the median of the jobs finished by then: a third job, which cannot
+    # start before 2 x 22 s have passed, does not fit the less than 22 s left of 62 s, where the 10-s estimate would
+    # start it and it would end past the budget. Under a heavy load the second does not fit either.
+    study = _study(startup_delay=20, resources={"estimate": {"startup_min": 1 / 6, "cell_min": 0.0, "coding_min": 0}})
     first = _workdir(tmp_path, "machine-1", study)
-    result = _run(first, f"store={store}", "budget_s=72")
+    result = _run(first, f"store={store}", "budget_s=62")
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     measured = [p for p in POINTS
                 if json.loads((first / "results" / "points" / p / "done.json").read_text())["status"] == "ok"]
     missing = sorted(set(POINTS) - set(measured))
     assert 1 <= len(measured) <= 2, output[-3000:]
+    jobs = [json.loads((first / "results" / "points" / p / "status.json").read_text()) for p in measured]
+    begun = [datetime.fromisoformat(job["started_utc"]).timestamp() for job in jobs]
+    # none ran past the budget, which began before the first job (start times are in whole seconds)
+    assert max(b + job["duration_s"] for b, job in zip(begun, jobs, strict=True)) <= min(begun) + 62 + 1
     assert f"{len(missing)} job(s) not started within the time budget" in output
     assert "Resume the study with: snakemake --cores all --configfile" in output
     summary = (first / "reports" / "optimization_summary.md").read_text()
     for point in missing:
         assert f"`{point}` **failed** (time_budget)" in summary
         assert "not started within this invocation's time budget" in summary
+        done = json.loads((first / "results" / "points" / point / "done.json").read_text())
+        assert "the median of the study's" in done["reason"], done
 
     second = _workdir(tmp_path, "machine-2", study)
     result = _run(second, f"store={store}")

@@ -148,6 +148,13 @@ def test_cut_and_malformed_streams_are_errors() -> None:
     assert bad.error is not None and bad.error.startswith("malformed")
 
 
+def test_chunk_times_are_kept_to_the_microsecond() -> None:
+    state = StreamState([])
+    state.sent(1000.123456789)
+    assert state.feed(_chunk(1, 0), 1000.136484447) and state.feed(_chunk(2, 0), 1000.2)
+    assert state.chunks == [[0.013028, 1], [0.076543, 2]]
+
+
 # --------------------------------------------------------------------------- stream parsing
 def _sse(tokens: int, verify: int, text: str = "x", finish: dict | None = None) -> bytes:
     meta = {"prompt_tokens": 5, "completion_tokens": tokens, "spec_verify_ct": verify, "finish_reason": finish}

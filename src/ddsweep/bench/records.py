@@ -83,7 +83,7 @@ async def run_request(transport: Transport, url: str, prompt: str | list[int], m
     t0 = state.t0 if state.t0 is not None else perf0
     record.start_ts = wall0 + (t0 - perf0)
     record.end_ts = wall0 + (end - perf0)
-    record.e2e_s = end - t0
+    record.e2e_s = round(end - t0, 6)  # to the microsecond, as the chunks: the last chunk is never after the end
     record.error = record.error or state.error
     meta: dict = {}
     if state.final:

@@ -66,7 +66,8 @@ class StreamState:
     __slots__ = ("t0", "end", "tokens", "chunks", "done", "error", "final")
 
     def __init__(self, chunks: list[list[float]]) -> None:
-        """Start empty; every chunk is appended to `chunks` as [seconds since sent, cumulative tokens]."""
+        """Start empty; every chunk is appended to `chunks` as [seconds since sent, cumulative tokens], the seconds
+        rounded to the microsecond (finer digits are clock noise, and they were most of a launch's records)."""
         self.t0: float | None = None
         self.end: float | None = None
         self.tokens = 0
@@ -93,7 +94,7 @@ class StreamState:
             self.end = now
             return False
         self.final = data
-        self.chunks.append([now - (self.t0 if self.t0 is not None else now), tokens])
+        self.chunks.append([round(now - (self.t0 if self.t0 is not None else now), 6), tokens])
         self.tokens = tokens
         return True
 

@@ -2,9 +2,9 @@
 
 The workflow fixes the deadline when it starts (`budget_s` seconds from then, and no later than the end of the
 Slurm allocation it runs in) and passes it, with the estimate of one point job, to every point job through
-DDSWEEP_TIME_BUDGET; a job, as it starts, takes instead the median of the study's jobs finished by then, when
-there are some. A job that would not fit records itself as not started (`error_kind: time_budget`, persisted):
-the summary names it, and the next invocation drops the record and runs it."""
+DDSWEEP_TIME_BUDGET; a job, as it starts, takes instead the median of the study's jobs of its kind finished by
+then, when there are some. A job that would not fit records itself as not started (`error_kind: time_budget`,
+persisted): the summary names it, and the next invocation drops the record and runs it."""
 
 from __future__ import annotations
 
@@ -59,11 +59,17 @@ class TimeBudget:
         return cls(**json.loads(text))
 
 
-def observed_job_seconds(results_dir: Path) -> list[float]:
+# The status records of the jobs that measure a point in full (a point, a grid launch, a confirmation launch), and
+# of the adaptive study's short screening jobs: each kind's estimate comes from its own kind.
+FULL_JOBS = ("points/*/status.json", "launches/*/launch-*/status.json", "confirm/*/launch-*/status.json")
+SCREENING_JOBS = ("screen/*/status.json",)
+
+
+def observed_job_seconds(results_dir: Path, patterns: tuple[str, ...] = FULL_JOBS) -> list[float]:
     """Wall times of the point jobs of this study that completed (status.json `duration_s`), for the estimate. A
     point merged from its launches (launches.json beside it) is not one job: its duration is their sum."""
     found = []
-    for pattern in ("points/*/status.json", "launches/*/launch-*/status.json"):
+    for pattern in patterns:
         for path in sorted(Path(results_dir).glob(pattern)):
             if (path.parent / "launches.json").exists():
                 continue
@@ -98,10 +104,12 @@ def make_budget(config: dict, results_dir: Path, started: float, slurm_left_s: f
     return TimeBudget(deadline, job_estimate_s(config, observed_job_seconds(results_dir)), source)
 
 
-def results_dir_of(out_dir: Path) -> Path:
-    """The results directory above a job's output directory (`<results>/points/<id>`, `<results>/screen/<id>`,
-    `<results>/launches/<id>/launch-<k>`, `<results>/confirm/<id>/launch-<k>`)."""
-    return out_dir.parents[2] if out_dir.name.startswith("launch-") else out_dir.parents[1]
+def observed_like(out_dir: Path) -> list[float]:
+    """Wall times of the study's finished jobs of the kind of the job writing OUT_DIR (`<results>/points/<id>`,
+    `<results>/screen/<id>`, `<results>/launches/<id>/launch-<k>`, `<results>/confirm/<id>/launch-<k>`): a
+    screening job is compared with screening jobs, every other job with the jobs that measure a point in full."""
+    results_dir = out_dir.parents[2] if out_dir.name.startswith("launch-") else out_dir.parents[1]
+    return observed_job_seconds(results_dir, SCREENING_JOBS if out_dir.parent.name == "screen" else FULL_JOBS)
 
 
 def not_started(results_dir: Path) -> list[str]:

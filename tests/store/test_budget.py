@@ -15,7 +15,7 @@ from ddsweep.budget import (
     make_budget,
     not_started,
     observed_job_seconds,
-    results_dir_of,
+    observed_like,
     resume_message,
 )
 
@@ -38,15 +38,18 @@ def test_a_job_takes_the_median_of_the_jobs_finished_when_it_starts():
     assert budget.refusal(now=750.0, observed=[120.0]) is None
 
 
-def test_a_merged_point_is_not_counted_as_one_job_and_the_results_directory_is_found_from_a_job(tmp_path):
+def test_a_job_is_compared_with_finished_jobs_of_its_kind_and_a_merged_point_is_not_one_job(tmp_path):
     for unit, duration in (("launches/a/launch-0", 300.0), ("launches/a/launch-1", 340.0), ("points/a", 640.0),
-                           ("points/b", 100.0)):
+                           ("points/b", 100.0), ("confirm/c/launch-0", 310.0), ("screen/d", 20.0),
+                           ("screen/e", 30.0)):
         (tmp_path / unit).mkdir(parents=True)
         (tmp_path / unit / "status.json").write_text(json.dumps({"duration_s": duration}))
-    (tmp_path / "points" / "a" / "launches.json").write_text("{}")
-    assert sorted(observed_job_seconds(tmp_path)) == [100.0, 300.0, 340.0]
-    for unit in ("points/a", "screen/a", "launches/a/launch-1", "confirm/a/launch-0"):
-        assert results_dir_of(tmp_path / unit) == tmp_path
+    (tmp_path / "points" / "a" / "launches.json").write_text("{}")  # merged from launches/a: their sum
+    full = [100.0, 300.0, 310.0, 340.0]
+    assert sorted(observed_job_seconds(tmp_path)) == full
+    for unit in ("points/x", "launches/x/launch-1", "confirm/x/launch-0"):
+        assert sorted(observed_like(tmp_path / unit)) == full
+    assert sorted(observed_like(tmp_path / "screen" / "x")) == [20.0, 30.0]
 
 
 def test_the_estimate_is_the_studys_median_job_once_it_has_some(tmp_path):

@@ -24,7 +24,7 @@ from typing import Any
 from ddsweep.bench.feasibility import describe as describe_infeasible
 from ddsweep.budget import ENV as BUDGET_ENV
 from ddsweep.budget import KIND as BUDGET_KIND
-from ddsweep.budget import TimeBudget, observed_job_seconds, results_dir_of
+from ddsweep.budget import TimeBudget, observed_like
 from ddsweep.config.knobs import KNOBS
 from ddsweep.config.operational import with_operations
 from ddsweep.config.records import point_record
@@ -477,7 +477,7 @@ def _run_point_command(args: argparse.Namespace) -> int:
         return 2
     out_dir = Path(args.out or f"results/points/{record['point_id']}")
     budget = TimeBudget.from_env(os.environ.get(BUDGET_ENV))
-    refusal = budget.refusal(observed=observed_job_seconds(results_dir_of(out_dir))) if budget is not None else None
+    refusal = budget.refusal(observed=observed_like(out_dir)) if budget is not None else None
     if refusal and args.done:
         _record_not_started(record, out_dir, Path(args.done), refusal)
         print(f"ddsweep run-point: point {record['point_id']} {refusal}", file=sys.stderr)

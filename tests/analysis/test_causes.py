@@ -42,6 +42,19 @@ def test_points_that_failed_alike_are_one_group_with_the_points_not_started_beca
     assert group_text(refused).startswith("`startup_exit`, the configuration's: \"the server exited with code 2")
 
 
+def test_the_jobs_the_time_budget_did_not_start_are_one_group_of_points_not_started():
+    refusals = [Failure(point, "time_budget", f"not started: its estimate ({estimate}, the median of the study's 2 "
+                        f"finished job(s)) does not fit the {left} s left of the time budget (budget_s=62)",
+                        "infrastructure")
+                for point, estimate, left in (("ar", "23 s", 12), ("bs8-b16-t2-w2048", "24 s", 0))]
+    (group,) = group_failures(refusals)
+    assert group.failed == [] and group.not_started == ["ar", "bs8-b16-t2-w2048"]
+    assert group_text(group) == (
+        "`time_budget`, the machine's: \"not started: its estimate did not fit the time left of the time budget "
+        "(budget_s=62)\" — 2 not started within this invocation's time budget: `ar`, `bs8-b16-t2-w2048`")
+    assert overview(4, 2, refusals)["headline"] == "2 of 4 points measured; 2 lost: 0 failed, 2 not started."
+
+
 def test_the_summary_opens_with_the_failures_when_nothing_or_less_than_half_was_measured():
     lost = [_failure(f"p{i}", LIBRARY, 40000 + i) for i in range(4)]
     nothing = overview(4, 0, lost)

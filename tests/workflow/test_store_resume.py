@@ -182,10 +182,13 @@ def test_a_time_budget_measures_what_fits_names_the_rest_and_the_next_invocation
     assert max(b + job["duration_s"] for b, job in zip(begun, jobs, strict=True)) <= min(begun) + 62 + 1
     assert f"{len(missing)} job(s) not started within the time budget" in output
     assert "Resume the study with: snakemake --cores all --configfile" in output
+    # the summary names every job left out, under the time budget's cause (one group when their refusals read alike)
     summary = (first / "reports" / "optimization_summary.md").read_text()
+    assert "not started within this invocation's time budget" in summary
+    groups = json.loads((first / "reports" / "summary.json").read_text())["decision"]["failures"]["groups"]
+    assert sorted(p for g in groups if g["error_kind"] == "time_budget" for p in g["not_started"]) == missing, groups
     for point in missing:
-        assert f"`{point}` **failed** (time_budget)" in summary
-        assert "not started within this invocation's time budget" in summary
+        assert f"`{point}`" in summary.split("### Failed, malformed and incomplete points")[1]
         done = json.loads((first / "results" / "points" / point / "done.json").read_text())
         assert "the median of the study's" in done["reason"], done
 

@@ -2,7 +2,8 @@
 
 A cause is an error kind and the failure's one-line reason with what differs between two servers of one set-up
 left out (the port, the server's URL). A point that was not started because its build's canary failed at start-up
-(ddsweep.point.canary) joins the canary's cause. The overview says whether the study lost so much that its
+(ddsweep.point.canary) joins the canary's cause; the points the time budget did not let start are one group of
+points not started. The overview says whether the study lost so much that its
 summary must open with it: nothing measured, or more than half of its points lost. No pandas here: `ddsweep
 status` uses it too."""
 
@@ -19,6 +20,10 @@ if TYPE_CHECKING:
     from ddsweep.analysis.results import PointRecord
 
 NOT_STARTED = "not_started"
+# A job the invocation's time budget did not let start (ddsweep.budget.KIND): not started, not failed. Its refusal
+# names the estimate and the seconds left, which differ from job to job; the group's cause leaves them out.
+TIME_BUDGET = "time_budget"
+BUDGET_FIGURES = re.compile(r"its estimate \(.*?\) does not fit the \d+ s left of ")
 INFRASTRUCTURE = "infrastructure"
 CONFIGURATION = "configuration"
 # What differs between two servers that failed the same way.
@@ -83,6 +88,10 @@ def group_failures(failures: Iterable[Failure]) -> list[FailureGroup]:
             group.not_started.append(f.point_id)
             group.canaries[str(f.canary.get("point_id"))] = str(f.canary.get("family"))
             continue
+        if f.error_kind == TIME_BUDGET:
+            key = (f.error_kind, BUDGET_FIGURES.sub("its estimate did not fit the time left of ", cause_text(f.error)))
+            groups.setdefault(key, FailureGroup(key[0], key[1], f.failure_class)).not_started.append(f.point_id)
+            continue
         key = (f.error_kind, cause_text(f.error))
         group = groups.setdefault(key, FailureGroup(key[0], key[1], f.failure_class))
         group.failed.append(f.point_id)
@@ -113,7 +122,8 @@ def group_text(group: FailureGroup) -> str:
                           for p in group.failed)
         points.append(f"{len(group.failed)} failed: {names}")
     if group.not_started:
-        points.append(f"{len(group.not_started)} not started because of it: {_names(group.not_started)}")
+        why = "within this invocation's time budget" if group.error_kind == TIME_BUDGET else "because of it"
+        points.append(f"{len(group.not_started)} not started {why}: {_names(group.not_started)}")
     return f"`{group.error_kind or 'unknown'}`{whose}: \"{group.cause}\" — " + "; ".join(points)
 
 

@@ -56,8 +56,6 @@ def failure_class_text(outcome: dict[str, Any]) -> str:
     """Whose failure it was and how that was decided, e.g. ` — the machine's (infrastructure), on all 3 attempts of
     this invocation: ...; the next invocation runs it again`; empty for a record without a class."""
     why = outcome.get("classified_by")
-    if outcome.get("error_kind") == "time_budget":
-        return " — not started within this invocation's time budget; the next invocation runs it"
     if outcome.get("failure_class") == "infrastructure":
         attempts = f", on all {outcome['attempts']} attempts of this invocation" if outcome.get("persisted") else ""
         return f" — the machine's failure (infrastructure{attempts}: {why}); the next invocation runs it again"

@@ -72,6 +72,7 @@ def test_a_summary_of_another_schema_is_refused_with_the_way_out(tmp_path: Path,
 
 
 @pytest.mark.slow
+@pytest.mark.full("summarizes a GPU record's whole store again: 80 MB of request records, about 15 s")
 def test_the_gpu_records_store_summarized_again_renders_the_same_from_its_summary_json(tmp_path: Path,
                                                                                      monkeypatch) -> None:
     """A committed GPU record's store (its launches, two of them not started) is merged and summarized again with

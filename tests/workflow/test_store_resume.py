@@ -189,6 +189,7 @@ def test_a_time_budget_measures_what_fits_names_the_rest_and_the_next_invocation
     assert sorted(p for g in groups if g["error_kind"] == "time_budget" for p in g["not_started"]) == missing, groups
     for point in missing:
         assert f"`{point}`" in summary.split("### Failed, malformed and incomplete points")[1]
+        assert f"`{point}` (not started)" in summary  # the first screen's line on the points it lacks
         done = json.loads((first / "results" / "points" / point / "done.json").read_text())
         assert "the median of the study's" in done["reason"], done
 

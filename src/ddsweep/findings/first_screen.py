@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddsweep.analysis.causes import failure_of, overview
+from ddsweep.analysis.causes import TIME_BUDGET, failure_of, overview
 from ddsweep.analysis.decisions import Decisions, PriorityPick
 from ddsweep.analysis.regimes import ResolvedRegime
 from ddsweep.analysis.results import ar_point_id
@@ -108,7 +108,8 @@ def _caveats(d: Decisions, picks: list[dict[str, Any]]) -> list[dict[str, str]]:
                     "about real hardware; run the study on the target machine before deploying."})
     bad = [p for p in results.points if p.shown_status != "ok"]
     if bad:
-        names = ", ".join(f"`{p.point_id}` ({p.shown_status})" for p in bad[:4]) + (" …" if len(bad) > 4 else "")
+        names = ", ".join(f"`{p.point_id}` ({'not started' if p.error_kind == TIME_BUDGET else p.shown_status})"
+                          for p in bad[:4]) + (" …" if len(bad) > 4 else "")
         out.append({"kind": "failed_points", "text": (
             f"{len(bad)} of {len(results.points)} points did not complete or lost cells ({names}): a point "
             "missing from a regime could have been the best there; see *Failed, malformed and incomplete points*.")})

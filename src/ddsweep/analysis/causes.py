@@ -3,9 +3,8 @@
 A cause is an error kind and the failure's one-line reason with what differs between two servers of one set-up
 left out (the port, the server's URL). A point that was not started because its build's canary failed at start-up
 (ddsweep.point.canary) joins the canary's cause; the points the time budget did not let start are one group of
-points not started. The overview says whether the study lost so much that its
-summary must open with it: nothing measured, or more than half of its points lost. No pandas here: `ddsweep
-status` uses it too."""
+points not started. The overview says whether the study lost so much that its summary must open with it: nothing
+measured, or more than half of its points lost. No pandas here: `ddsweep status` uses it too."""
 
 from __future__ import annotations
 

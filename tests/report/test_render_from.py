@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -23,7 +24,8 @@ from ddsweep.point.launches import merge_launches
 from ddsweep.report.render import render_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
-GPU_RECORD = ROOT / "benchmarks" / "records" / "2026-12-06-h100-stability-resumed"
+RECORDS = ROOT / "benchmarks" / "records"
+GPU_RECORD = RECORDS / "2026-12-06-h100-stability-finished"
 
 
 def rendered_from(summary_json: Path, out: Path) -> bytes:
@@ -72,20 +74,28 @@ def test_a_summary_of_another_schema_is_refused_with_the_way_out(tmp_path: Path,
 
 
 @pytest.mark.slow
-@pytest.mark.full("summarizes a GPU record's whole store again: 80 MB of request records, about 15 s")
+@pytest.mark.full("summarizes a GPU record's whole store again: 100 MB of request records, about 20 s")
 def test_the_gpu_records_store_summarized_again_renders_the_same_from_its_summary_json(tmp_path: Path,
                                                                                      monkeypatch) -> None:
-    """A committed GPU record's store (its launches, two of them not started) is merged and summarized again with
-    the study's config (the summary's reproduce section), then rendered from the new summary.json: a record keeps
-    this check whatever the decision object's schema was when it was written."""
-    with tarfile.open(GPU_RECORD / "store-stability.tar.xz", mode="r:xz") as archive:
-        archive.extractall(tmp_path, filter="data")
+    """A committed GPU study's store (4 launches from one machine, the other 2 from a second, as its record's README
+    puts them together) is merged and summarized again with the study's config (the summary's reproduce section):
+    the decision is the one the GPU machine wrote, and it renders the same from the new summary.json."""
+    with tarfile.open(RECORDS / "2026-12-06-h100-stability-resumed" / "store-stability.tar.xz", mode="r:xz") as first:
+        first.extractall(tmp_path, filter="data")
+    with tarfile.open(GPU_RECORD / "store-launch-1.tar.xz", mode="r:xz") as second:
+        for unit in {Path(*Path(m.name).parts[:4]) for m in second.getmembers() if len(Path(m.name).parts) > 4}:
+            shutil.rmtree(tmp_path / unit)  # the not-started records the second machine replaced
+        second.extractall(tmp_path, filter="data")
     committed = json.loads((GPU_RECORD / "summary.json").read_text(encoding="utf-8"))
     reproduce = next(s for s in committed["sections"] if s["kind"] == "reproduce")
     config = yaml.safe_load(reproduce["code2"]["text"])
     monkeypatch.chdir(tmp_path)  # the record's paths are relative to its study directory
+    shutil.copy(GPU_RECORD / "plan.json", "results/plan.json")  # each point's cost, as on the machine
+    Path("results/study_config.yaml").write_text(reproduce["code2"]["text"], encoding="utf-8")
     for point in sorted(Path("results/launches").iterdir()):
         merge_launches(sorted(point.glob("launch-*")), Path("results/points") / point.name)
     result = summarize(Path("results"), Path("summarized"), config, plots=False)
-    assert not result.simulated and result.outcome.points.total == committed["points"]["total"] == 3
+    assert result.outcome.points.by_status == {"ok": 3} and not result.simulated
+    again = json.loads(result.summary_json_path.read_text(encoding="utf-8"))
+    assert again["decision"] == committed["decision"]  # the decision the GPU machine wrote
     assert rendered_from(result.summary_json_path, Path("from-json")) == result.summary_path.read_bytes()

@@ -378,3 +378,20 @@ def test_the_tokenize_client_reopens_a_connection_the_server_closed_and_names_a_
         client.close()
         server.shutdown()
         server.server_close()
+
+
+def test_tokenize_clients_sharing_known_answers_ask_the_server_once_per_body(monkeypatch) -> None:
+    asked: list[bytes] = []
+
+    def post(self: TokenizeClient, payload: bytes) -> tuple[int, bytes]:
+        asked.append(payload)
+        return 200, json.dumps({"tokens": [len(asked)], "count": 1}).encode()
+
+    monkeypatch.setattr(TokenizeClient, "_post", post)
+    known: dict[bytes, tuple[int, ...]] = {}
+    check, bench = TokenizeClient("http://127.0.0.1:1", known), TokenizeClient("http://127.0.0.1:1", known)
+    first = check({"prompt": "a"})
+    first.append(99)  # a caller's list is its own
+    assert bench({"prompt": "a"}) == [1] and check({"prompt": "b"}) == [2]
+    assert len(asked) == 2
+    assert TokenizeClient("http://127.0.0.1:1")({"prompt": "a"}) == [3]  # a client of its own asks again

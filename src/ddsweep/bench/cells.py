@@ -106,9 +106,12 @@ class TokenizeClient:
     standard library's http.client, which costs about a third of an httpx request's CPU per call.
     """
 
-    def __init__(self, url: str) -> None:
-        """Connections to `url` are opened per thread on first use."""
+    def __init__(self, url: str, known: dict[bytes, tuple[int, ...]] | None = None) -> None:
+        """Connections to `url` are opened per thread on first use. `known`: the answers of this server so far, by
+        request body, shared by the clients of one server (the contexts' check and the benchmark size the same
+        prompts)."""
         self.url = url
+        self.known = {} if known is None else known
         parts = urlsplit(url)
         self._https = parts.scheme == "https"
         self._host, self._port = parts.hostname or "127.0.0.1", parts.port
@@ -139,8 +142,12 @@ class TokenizeClient:
             raise TokenizeError(f"POST {self.url}/tokenize failed: {type(exc).__name__}: {exc}") from exc
 
     def __call__(self, body: dict) -> list[int]:
-        """Token ids of a /tokenize body; any other answer than SGLang's is an error naming it."""
-        status, raw = self._post(json.dumps(body).encode())
+        """Token ids of a /tokenize body (from `known` when asked before); any other answer than SGLang's is an
+        error naming it."""
+        payload = json.dumps(body).encode()
+        if payload in self.known:
+            return list(self.known[payload])
+        status, raw = self._post(payload)
         try:
             tokens = json.loads(raw).get("tokens") if status == 200 else None
         except (ValueError, AttributeError):
@@ -148,6 +155,7 @@ class TokenizeClient:
         if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
             text = raw.decode("utf-8", "replace")
             raise TokenizeError(f"POST {self.url}/tokenize answered HTTP {status}: {text[:300]!r}")
+        self.known[payload] = tuple(tokens)
         return tokens
 
     def close(self) -> None:
@@ -158,10 +166,11 @@ class TokenizeClient:
             self._open.clear()
 
 
-def infeasible_cells(url: str, settings: BenchSettings) -> list[dict[str, Any]]:
+def infeasible_cells(url: str, settings: BenchSettings,
+                     known: dict[bytes, tuple[int, ...]] | None = None) -> list[dict[str, Any]]:
     """The cells no prompt can be sized to (bench.feasibility) as the server at `url` counts tokens (its
-    `/tokenize`)."""
-    tokenizer = TokenizeClient(url)
+    `/tokenize`; `known` as for TokenizeClient)."""
+    tokenizer = TokenizeClient(url, known)
     matrix = {"workloads": settings.workloads, "contexts": settings.contexts, "seed": settings.seed}
     try:
         return unbuildable_cells(tokenizer, matrix)
@@ -299,7 +308,7 @@ def _request_rate(records: list[RequestRecord], concurrency: int) -> float | Non
 
 
 async def run_benchmark_async(url: str, requests_path: Path, cells_path: Path, settings: BenchSettings, simulated: bool,
-                     progress: Callable[[str], None]) -> dict:
+                     progress: Callable[[str], None], known: dict[bytes, tuple[int, ...]] | None = None) -> dict:
     url = url.rstrip("/")
     requests_path.parent.mkdir(parents=True, exist_ok=True)
     order_seed = settings.cell_order_seed if settings.cell_order_seed is not None else secrets.randbelow(2**31)
@@ -310,7 +319,7 @@ async def run_benchmark_async(url: str, requests_path: Path, cells_path: Path, s
         plan = plan_cells(settings, order_seed)
     except WorkloadError as exc:
         raise BenchmarkError(str(exc)) from exc
-    tokenizer = TokenizeClient(url)
+    tokenizer = TokenizeClient(url, known)
     transport = make_transport(settings.http_client)
     await transport.open(max(c.concurrency for c in plan) if plan else 1)
     with open(requests_path, "w", encoding="utf-8") as handle:
@@ -481,11 +490,13 @@ async def _run_matrix(url: str, cells_path: Path, settings: BenchSettings, plan:
 
 
 def run_benchmark(url: str, out_dir: Path, settings: BenchSettings, simulated: bool,
-                  progress: Callable[[str], None] | None = None) -> dict:
-    """Run the whole matrix against `url`, write requests.jsonl and cells.json into `out_dir`, return cells.json."""
+                  progress: Callable[[str], None] | None = None,
+                  known: dict[bytes, tuple[int, ...]] | None = None) -> dict:
+    """Run the whole matrix against `url`, write requests.jsonl and cells.json into `out_dir`, return cells.json
+    (`known`: the server's /tokenize answers so far, as for TokenizeClient)."""
     out_dir = Path(out_dir)
     return run_coroutine(run_benchmark_async(url, out_dir / "requests.jsonl", out_dir / "cells.json", settings,
-                                             simulated, progress or (lambda _: None)))
+                                             simulated, progress or (lambda _: None), known))
 
 
 def run_coroutine(coro: Any) -> Any:

@@ -80,8 +80,9 @@ def _blocks_containing(joined: str, starts: Sequence[int], needles: Sequence[str
     return drop
 
 
-def start_offsets(text: str, kind: str) -> list[int]:
+@functools.lru_cache(maxsize=4)
+def start_offsets(text: str, kind: str) -> tuple[int, ...]:
     """Where a padding window may start: top-level statements for code, sentence beginnings for prose."""
     if kind == "coding":
-        return [m.start() for m in _TOP_LEVEL_LINE.finditer(text)]
-    return [0] + [m.end() for m in _SENTENCE_START.finditer(text)]
+        return tuple(m.start() for m in _TOP_LEVEL_LINE.finditer(text))
+    return (0, *(m.end() for m in _SENTENCE_START.finditer(text)))

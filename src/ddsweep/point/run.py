@@ -331,14 +331,16 @@ def _benchmark(record: dict, server: ManagedServer, out_dir: Path, run: PointRun
     bench = record["benchmark"]
     settings = BenchSettings(**{k: v for k, v in bench.items() if k in BenchSettings.__dataclass_fields__})
     try:
-        run.infeasible_cells = infeasible_cells(server.spec.url, settings)
+        counted: dict[bytes, tuple[int, ...]] = {}  # this server's /tokenize answers, for both
+        run.infeasible_cells = infeasible_cells(server.spec.url, settings, counted)
         feasible = without_cells(settings, run.infeasible_cells)
         if feasible is None:
             raise PointFailed("infeasible", "no cell of the benchmark matrix can be measured: "
                               + describe_infeasible(run.infeasible_cells))
         if run.infeasible_cells:
             progress(f"cells not measurable, left out: {describe_infeasible(run.infeasible_cells)}")
-        doc = run_benchmark(server.spec.url, out_dir / "bench", feasible, simulated=run.simulated, progress=progress)
+        doc = run_benchmark(server.spec.url, out_dir / "bench", feasible, simulated=run.simulated, progress=progress,
+                            known=counted)
     except BenchmarkError as exc:
         raise _crash_or(server, "benchmark", "bench_failures", _with_failed_cells(str(exc), out_dir)) from exc
     except ServerHang as exc:  # a server that died closes its connections: a silent one is alive, so no grace

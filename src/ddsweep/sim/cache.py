@@ -22,7 +22,15 @@ class PrefixCache:
         for token in tokenizer.token_ids(prompt):
             h = hash((h, token))
             hashes.append(h)
-        hit = next((k + 1 for k in range(len(hashes) - 1, -1, -1) if hashes[k] in self._prefixes), 0)
+        # Every prefix of a prompt is remembered with it, so the cached prefixes of this one are its first `hit`.
+        low, high = 0, len(hashes)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if hashes[middle - 1] in self._prefixes:
+                low = middle
+            else:
+                high = middle - 1
+        hit = low
         if len(self._prefixes) > PREFIX_CACHE_ENTRIES:
             self._prefixes.clear()
         self._prefixes.update(hashes)

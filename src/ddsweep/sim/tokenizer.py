@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import zlib
 
@@ -29,4 +30,11 @@ def count(text: str) -> int:
 
 def token_ids(text: str) -> list[int]:
     """Deterministic token ids for `text` (a stable hash of each piece)."""
-    return [zlib.crc32(p.encode("utf-8")) % VOCAB_SIZE for p in TOKEN_RE.findall(text)]
+    return list(_token_ids(text))
+
+
+@functools.lru_cache(maxsize=256)
+def _token_ids(text: str) -> tuple[int, ...]:
+    """The ids of a text, kept for the texts seen last: a prompt is counted through /tokenize, then sent to
+    /generate, whose prefix cache counts it again."""
+    return tuple(zlib.crc32(p.encode("utf-8")) % VOCAB_SIZE for p in TOKEN_RE.findall(text))

@@ -158,3 +158,24 @@ def test_an_adaptive_studys_baseline_is_shown_from_its_one_launch_until_it_has_a
     assert point_directory(results, "ar", adaptive=True) == results / "confirm/ar/launch-0"
     _write(results / "points/ar/done.json", {"status": "ok"})
     assert point_directory(results, "ar", adaptive=True) == results / "points/ar"
+
+
+def test_points_the_time_budget_did_not_start_are_not_started_not_failed(tmp_path, capsys):
+    configs = [str(ROOT / "config/config.yaml"), str(ROOT / ".test/config.yaml")]
+    results = tmp_path / "results"
+    reason = ("not started: its estimate (204 s) does not fit the 160 s left of the time budget (budget_s=1490); "
+              "the next invocation runs it")
+    for point in ("ar", "bs8-b4-t1-w2048"):
+        _write(results / "points" / point / "failure.json", {"status": "failed", "error_kind": "time_budget",
+                                                             "error": reason, "failure_class": "infrastructure",
+                                                             "duration_s": 0.0})
+        _write(results / "points" / point / "done.json", {"status": "failed", "error_kind": "time_budget",
+                                                          "reason": reason, "persisted": True, "attempts": 0})
+    assert main(["status", "--config", *configs, "--results", str(results)]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(("ar ", "bs8-b4-t1"))]
+    assert [row[1] for row in rows] == ["not_started", "not_started"]
+    status = study_status(load_config(*configs), results, {})
+    assert status["counts"]["failed"] == 0 and status["not_started_by_budget"] == 2
+    assert outcome_line(status, tmp_path / "summary.md") == (
+        "0 of 8 points measured; 2 not started within this invocation's time budget (run by the next invocation); "
+        "6 without an outcome")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddsweep.analysis.causes import NOT_STARTED, Failure, group_failures, group_text
+from ddsweep.analysis.causes import NOT_STARTED, TIME_BUDGET, Failure, group_failures, group_text
 from ddsweep.analysis.text import first_line
 from ddsweep.config.plan import estimate_minutes, running_points
 
@@ -66,7 +66,7 @@ def point_state(directory: Path, job: dict[str, Any] | None, regime: dict[str, A
             job["elapsed_s"]
     elif done and done.get("status") == "ok":
         state.state, state.detail = "done", _headline(directory, regime)
-    elif done and done.get("error_kind") == NOT_STARTED:
+    elif done and done.get("error_kind") in (NOT_STARTED, TIME_BUDGET):
         state.state, state.detail = NOT_STARTED, str(done.get("reason"))
     elif done:
         state.state, state.detail = "failed", f"{done.get('error_kind')}: {done.get('reason')}"
@@ -139,4 +139,6 @@ def study_status(config: dict[str, Any], results_dir: Path, jobs: dict[str, dict
     return {"points": rows, "counts": counts, "gpu_hours_spent": seconds * gpus_per_point / 3600,
             "gpu_hours_planned": estimate_minutes(config, len(ids))["gpu_hours"], "eta_s": eta_s,
             "simulated": bool(config.get("simulated")), "failure_groups": [group_text(g) for g in groups],
-            "finished": not remaining, "lost": counts["failed"] + counts[NOT_STARTED]}
+            "finished": not remaining, "lost": counts["failed"] + counts[NOT_STARTED],
+            "not_started_by_budget": sum(1 for r in rows if r.state == NOT_STARTED and r.failure
+                                         and r.failure.error_kind == TIME_BUDGET)}

@@ -37,12 +37,15 @@ def outcome_line(status: dict[str, Any], summary: Path) -> str:
     """The study's outcome in one line, e.g. `5 of 7 points measured; 2 failed, 1 of them not started (run again by
     the next invocation) — see reports/optimization_summary.md`."""
     counts, total = status["counts"], len(status["points"])
-    lost, not_started = status["lost"], counts["not_started"]
+    budget = status["not_started_by_budget"]
+    lost, not_started = status["lost"] - budget, counts["not_started"] - budget
     line = f"{counts['done']} of {total} points measured"
     if lost:
         line += f"; {lost} failed" + (f", {not_started} of them not started (their build's canary failed at "
                                       "start-up; run again by the next invocation)" if not_started else "")
-    others = total - counts["done"] - lost
+    if budget:
+        line += f"; {budget} not started within this invocation's time budget (run by the next invocation)"
+    others = total - counts["done"] - lost - budget
     if others:
         line += f"; {others} without an outcome"
     return line + (f" — see {summary}" if summary.exists() else "")

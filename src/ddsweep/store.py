@@ -25,6 +25,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
@@ -96,8 +97,12 @@ class StudyStore:
         except ImportError as exc:
             raise StoreError(f"store {location.root}: the storage plugin {module_name.replace('_', '-')} is not "
                              "installed (pip install 'ddsweep[store]')") from exc
-        self._scratch = local_prefix or Path(tempfile.mkdtemp(prefix="ddsweep-store-"))
-        self.provider = module.StorageProvider(local_prefix=self._scratch, logger=logging.getLogger("ddsweep.store"),
+        # Where the plugin stages copies. One made here goes with the store (at the latest when the process exits):
+        # every point job opens a store, and a node's temporary directory would otherwise keep one per job.
+        self.scratch = local_prefix or Path(tempfile.mkdtemp(prefix="ddsweep-store-"))
+        if local_prefix is None:
+            weakref.finalize(self, shutil.rmtree, self.scratch, True)
+        self.provider = module.StorageProvider(local_prefix=self.scratch, logger=logging.getLogger("ddsweep.store"),
                                                settings=_plugin_settings(module, location.provider))
 
     @classmethod

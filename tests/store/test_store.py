@@ -3,6 +3,7 @@ that started and never ended is reported as interrupted; the same on a filesyste
 
 from __future__ import annotations
 
+import gc
 import json
 import uuid
 from pathlib import Path
@@ -68,6 +69,18 @@ def test_a_pushed_unit_comes_back_whole_with_its_mtimes_in_a_fresh_directory(sto
     assert not (second / "results" / "points" / "never-ran").exists()
     # a unit already here is left alone
     assert pull(store, second, [UNIT]).restored == []
+
+
+def test_a_store_leaves_no_staging_directory_behind(tmp_path):
+    needs_rsync()
+    store = StudyStore.open(str(tmp_path / "store"))
+    scratch = store.scratch
+    _unit(tmp_path)
+    push_unit(store, tmp_path, UNIT, tmp_path / "stored.json")
+    assert scratch.is_dir() and not scratch.is_relative_to(tmp_path)
+    del store
+    gc.collect()
+    assert not scratch.exists()
 
 
 def test_a_preflight_result_is_a_unit_of_its_own_and_comes_back_with_its_mtime(store, tmp_path):

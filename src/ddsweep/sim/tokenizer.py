@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 import zlib
 
@@ -30,11 +29,4 @@ def count(text: str) -> int:
 
 def token_ids(text: str) -> list[int]:
     """Deterministic token ids for `text` (a stable hash of each piece)."""
-    return list(_token_ids(text))
-
-
-@functools.lru_cache(maxsize=256)
-def _token_ids(text: str) -> tuple[int, ...]:
-    """The ids of a text, kept for the texts seen last: a prompt is counted through /tokenize, then sent to
-    /generate, whose prefix cache counts it again."""
-    return tuple(zlib.crc32(p.encode("utf-8")) % VOCAB_SIZE for p in TOKEN_RE.findall(text))
+    return [zlib.crc32(p.encode("utf-8")) % VOCAB_SIZE for p in TOKEN_RE.findall(text)]

@@ -166,11 +166,14 @@ def test_a_new_confirmation_benchmark_reruns_every_launch_and_unsettled_picks_se
     # so each priority's leader and one rival (race_keep 2) run the one settling launch allowed.
     (adaptive_run / "settle.yaml").write_text(yaml.safe_dump(
         {"sweep": {"screen": {"launch_cv": 1.0, "settle_launches": 1}}}))
+    screened = {d.name for d in (adaptive_run / "results" / "screen").iterdir() if d.is_dir()}
     result = snakemake(adaptive_run, *CORES, "--configfile", "more_requests.yaml", ".test/adaptive.yaml",
                        "no_coding.yaml", "settle.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     output = result.stdout + result.stderr
-    assert not re.search(r"^(?:local)?rule screen_point:", output, re.MULTILINE)
+    # No screening runs again. A refinement point may be screened for the first time: the points the selection
+    # refines around follow figures measured with noise (a ci run screened bs8-b6-t4-w2048 this way).
+    assert screened and not screened & set(re.findall(r"output: results/screen/([\w.-]+)/done\.json", output))
     ran = {k for _, k in re.findall(r"wildcards: apoint=([\w.-]+), launch=(\d+)", output)}
     assert {"0", "1", "2"} <= ran <= {"0", "1", "2", "3"}
     # Every launch of every confirmed point ran with the new setting: no merged point mixes old and new launches.

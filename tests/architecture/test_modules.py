@@ -4,6 +4,9 @@ imports included), no import of another module's private names, no module over 6
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -150,3 +153,22 @@ def test_no_package_holds_over_20_modules_and_the_readme_layout_names_it(package
     assert count <= MAX_MODULES, f"{package.name} holds {count} modules; split it into stages by what they hold"
     layout = README.read_text(encoding="utf-8").split("## Layout", 1)[1].split("```")[1]
     assert f"  {package.name}/ " in layout, f"README's Layout does not name {package.name}/"
+
+
+WORKFLOW_MODULES = sorted(set(re.findall(r"^from (ddsweep[\w.]*) import", (PACKAGE.parents[1] / "workflow" / "rules" /
+                                                                        "common.smk").read_text(), re.MULTILINE)))
+
+
+@pytest.mark.parametrize(("what", "modules", "heavy"), [
+    # every Snakemake invocation, and each of its Slurm jobs, loads the workflow: no statistics or plotting there
+    ("the workflow's modules", WORKFLOW_MODULES, ("scipy", "matplotlib")),
+    # a point job and its stand-in: no analysis library at all
+    ("run-point and the stand-in", ["ddsweep.point.run", "ddsweep.sim.cli"], ("scipy", "matplotlib", "pandas")),
+])
+def test_what_every_job_imports_leaves_the_heavy_libraries_out(what: str, modules: list[str],
+                                                               heavy: tuple[str, ...]) -> None:
+    assert len(modules) > 1
+    code = (f"import sys\nfor name in {modules!r}: __import__(name)\n"
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(heavy)!r}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", f"{what} import {done.stdout.strip()}"

@@ -17,8 +17,6 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from scipy import special
-
 from ddsweep import figures
 from ddsweep.adaptive.stages import primary_workload, screen_settings, selected_regimes
 from ddsweep.analysis.settings import regime_weights
@@ -109,7 +107,7 @@ def settling(records: list[dict], parts: int, tolerance: float) -> tuple[bool, f
 def _normal_max_moments(n: int) -> tuple[float, float]:
     """Mean and standard deviation of the largest of `n` standard normal draws: the moments of the density
     n·φ(x)·Φ(x)^(n−1), integrated numerically (Φ^(n−1) on the log scale, so a large `n` does not underflow)."""
-    from scipy import integrate  # about a second of CPU to import: only a throughput cell's screening needs it
+    from scipy import integrate, special  # about a second of CPU to import: only a throughput cell's screening needs it
 
     def density(x: float) -> float:
         return n * math.exp(-x * x / 2 + (n - 1) * special.log_ndtr(x)) / math.sqrt(2 * math.pi)
@@ -242,4 +240,6 @@ def load_screen(screen_dir: Path, point_ids: list[str]) -> tuple[dict[str, list[
 
 def two_sided_z(confidence: float) -> float:
     """The two-sided normal quantile of `confidence`."""
+    from scipy import special  # imported when first needed: the workflow loads this module at every invocation
+
     return float(special.ndtri(0.5 + confidence / 2))

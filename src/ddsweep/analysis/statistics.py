@@ -8,7 +8,9 @@ why.
 
 The distributions are SciPy's special functions (`scipy.special.stdtrit`, `stdtr`), which `scipy.stats.t`
 itself evaluates: importing `scipy.stats` costs about a second of CPU in every `ddsweep` process that only
-needs a quantile (select, plan, funnel), and a study starts dozens of them.
+needs a quantile (select, plan, funnel), and a study starts dozens of them. Even `scipy.special` is imported
+only when a quantile is first asked for: every Snakemake invocation (and each of its Slurm jobs) loads the
+workflow, which imports this module without computing anything.
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from scipy import special
-
 
 def t_quantile(p: float, df: float) -> float:
     """Student's t quantile; a fractional df (Welch) is rounded down, which is conservative."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"probability must be within (0, 1), got {p}")
+    from scipy import special
+
     return float(special.stdtrit(_whole(df), p))
 
 
@@ -93,6 +95,8 @@ class LogDifference:
         gap = self.mean - math.log(threshold)
         if self.se == 0:
             return 0.0 if gap > 0 else 1.0
+        from scipy import special
+
         return float(special.stdtr(_whole(self.df), -gap / self.se))  # the upper tail: P(T > gap / se)
 
 

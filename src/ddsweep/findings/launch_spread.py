@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scipy import special
-
 if TYPE_CHECKING:
     from ddsweep.analysis.decisions import Decisions
 
@@ -51,6 +49,8 @@ def pooled_spread(per_launch: dict[str, dict[int, float]], level: float) -> tupl
         return None
     sd = math.sqrt(ss / df)
     alpha = 1 - level
+    from scipy import special  # imported when first needed (ddsweep.analysis.statistics says why)
+
     # chi-square quantiles from the upper tail (scipy.special.chdtri, what scipy.stats.chi2 evaluates)
     upper, lower = special.chdtri(df, alpha / 2), special.chdtri(df, 1 - alpha / 2)
     return sd, math.sqrt(ss / upper), math.sqrt(ss / lower), df

@@ -10,7 +10,7 @@ import pytest
 from resultsets import REPEATS, broken_set, coding_set, drafter_bound_set, simulated_set, write_results
 
 from ddsweep.analysis.coding_outcomes import lossless_vs_ar
-from ddsweep.analysis.regimes import Regime, resolve_regime
+from ddsweep.analysis.regimes import resolve_regime
 from ddsweep.analysis.results import (
     CELL_COLUMNS,
     CODING_COLUMNS,
@@ -22,6 +22,7 @@ from ddsweep.analysis.results import (
     failure_patterns,
     load_results,
 )
+from ddsweep.analysis.settings import Regime
 from ddsweep.analysis.text import first_line
 from ddsweep.cli import main
 from ddsweep.findings.tables import overview_table, write_tables

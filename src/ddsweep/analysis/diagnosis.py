@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddsweep.analysis.regimes import Regime, ResolvedRegime, resolve_regime
+from ddsweep.analysis.regimes import ResolvedRegime, resolve_regime
 from ddsweep.analysis.results import KNOBS, PointRecord, ResultSet, is_missing, same_knob, window_label
-from ddsweep.analysis.settings import Settings
+from ddsweep.analysis.settings import Regime, Settings
 from ddsweep.analysis.statistics import Estimate
 
 MAX_LIST = 12

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddsweep.analysis.regimes import Regime, ResolvedRegime, resolve_regime
+from ddsweep.analysis.regimes import ResolvedRegime, resolve_regime
 from ddsweep.analysis.results import KNOBS, PointRecord, ResultSet, load_directories, window_label
+from ddsweep.analysis.settings import Regime
 from ddsweep.analysis.statistics import Estimate
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from ddsweep.analysis.decisions import Decisions, ratio_text, regime_outcome
-from ddsweep.analysis.regimes import Regime, resolve_regime
+from ddsweep.analysis.regimes import resolve_regime
 from ddsweep.analysis.results import ResultSet, ar_point_id
+from ddsweep.analysis.settings import Regime
 from ddsweep.analysis.ties import RULE, cheapest
 from ddsweep.formatting import interval_meaningful, no_interval
 

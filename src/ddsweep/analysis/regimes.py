@@ -9,27 +9,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ddsweep.analysis.launch_model import cell_launches, launch_difference, pooled_variances
-from ddsweep.analysis.results import LOWER_IS_BETTER, METRIC_COLUMNS, ResultSet, is_missing
+from ddsweep.analysis.results import METRIC_COLUMNS, ResultSet, is_missing
+from ddsweep.analysis.settings import Regime
 from ddsweep.analysis.statistics import Estimate, LogDifference, log_difference
-
-
-@dataclass(frozen=True)
-class Regime:
-    """A decision regime: one metric at one (context, concurrency) cell."""
-
-    name: str
-    metric: str
-    context: int
-    concurrency: int
-
-    @property
-    def lower_is_better(self) -> bool:
-        """True for latency-like metrics where a smaller figure wins."""
-        return self.metric in LOWER_IS_BETTER
-
-    def describe(self) -> str:
-        """Human-readable definition of the regime as configured."""
-        return f"{self.metric} at context {self.context}, C={self.concurrency}"
 
 
 @dataclass

@@ -8,7 +8,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddsweep.analysis.regimes import Regime
+from ddsweep.figures import METRICS
+
+
+@dataclass(frozen=True)
+class Regime:
+    """A decision regime: one metric at one (context, concurrency) cell."""
+
+    name: str
+    metric: str
+    context: int
+    concurrency: int
+
+    @property
+    def lower_is_better(self) -> bool:
+        """True for latency-like metrics where a smaller figure wins."""
+        metric = METRICS.get(self.metric)
+        return bool(metric and metric.lower_is_better)
+
+    def describe(self) -> str:
+        """Human-readable definition of the regime as configured."""
+        return f"{self.metric} at context {self.context}, C={self.concurrency}"
+
 
 DEFAULT_REGIMES: tuple[Regime, ...] = (
     Regime("latency", "decode_tok_s", 128, 1),

@@ -14,8 +14,9 @@ from typing import Any
 
 from ddsweep.analysis.decisions import Decisions, ratio_text
 from ddsweep.analysis.outcome import Outcome
-from ddsweep.analysis.regimes import Regime, resolve_regime
+from ddsweep.analysis.regimes import resolve_regime
 from ddsweep.analysis.results import ResultSet
+from ddsweep.analysis.settings import Regime
 from ddsweep.analysis.statistics import log_difference, mean_interval
 from ddsweep.findings.launch import launch_of
 from ddsweep.findings.summary import jsonable

@@ -276,6 +276,9 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            _request("tpot_s"), 99),
 )}
 
+# The metrics where a smaller figure wins (the latencies): a regime on one of them ranks the smallest first.
+LOWER_IS_BETTER: frozenset[str] = frozenset(name for name, m in METRICS.items() if m.lower_is_better)
+
 
 # --------------------------------------------------------------------------- how far a cell can be trusted
 STABILITY_SUBWINDOWS = 3

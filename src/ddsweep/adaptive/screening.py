@@ -21,9 +21,7 @@ from ddsweep import figures
 from ddsweep.adaptive.stages import primary_workload, screen_settings, selected_regimes
 from ddsweep.analysis.settings import regime_weights
 from ddsweep.analysis.statistics import t_quantile
-from ddsweep.figures import METRICS, Metric, failed, whole_output_throughput
-
-LOWER_IS_BETTER = frozenset(name for name, m in METRICS.items() if m.lower_is_better)
+from ddsweep.figures import LOWER_IS_BETTER, METRICS, Metric, failed, whole_output_throughput
 
 
 @dataclass

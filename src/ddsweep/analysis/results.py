@@ -42,7 +42,6 @@ GROUP_METRICS: tuple[str, ...] = (
 )
 # The per-repeat cell column of each metric (the decode figure of a repeat is its median request).
 METRIC_COLUMNS: dict[str, str] = {m: ("decode_tok_s_median" if m == "decode_tok_s" else m) for m in GROUP_METRICS}
-LOWER_IS_BETTER: frozenset[str] = frozenset(name for name, m in METRICS.items() if m.lower_is_better)
 METRIC_LABELS: dict[str, str] = {**{name: m.label for name, m in METRICS.items()},
                                  "requests_per_s": "completed requests per second"}
 # The effective draft tree (from results/plan.json) beside the requested knobs, and the alias group.

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddsweep.figures import METRICS
+from ddsweep.figures import LOWER_IS_BETTER
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,7 @@ class Regime:
     @property
     def lower_is_better(self) -> bool:
         """True for latency-like metrics where a smaller figure wins."""
-        metric = METRICS.get(self.metric)
-        return bool(metric and metric.lower_is_better)
+        return self.metric in LOWER_IS_BETTER
 
     def describe(self) -> str:
         """Human-readable definition of the regime as configured."""

@@ -18,8 +18,9 @@ job records and refinement come from `ddsweep.adaptive.stages` and `ddsweep.adap
 - adaptive: every point screened (one launch, `sweep.screen.requests_per_cell`, regime cells), selection,
   refinement points screened, final selection, then the confirmation race: launch k of every point still in it,
   and after each launch but the last the package's race selection (`ddsweep.adaptive.race.race_round`, with
-  `sweep.screen.race_keep`);
-  the coding eval's time in the last launch; figure = mean of the confirmed point's launches.
+  `sweep.screen.race_keep`); the launches before the last cost a launch of the regime cells, the last one of the
+  whole matrix and the coding eval, as the workflow runs them (`ddsweep.adaptive.stages.confirm_record`); figure =
+  mean of the confirmed point's launches.
 
 Both recommend per priority the point with the best priority score (the weighted geometric mean of regime
 figures relative to the best, as the summary ranks them). A recommendation is correct when its true priority
@@ -281,15 +282,16 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
     baselines = set(running_baselines(config))
     runs: dict[str, list[list[dict]]] = {}
 
-    def launch(point: Point, k: int, repeats: int, coding: bool) -> None:
-        """Launch k of a point: `repeats` repeats at one launch factor, written as one launch."""
+    def launch(point: Point, k: int, repeats: int, coding: bool, matrix: dict = bench) -> None:
+        """Launch k of a point: `repeats` repeats at one launch factor, written as one launch; it costs a launch of
+        `matrix` (the race's launches before the last: the regime cells only)."""
         nonlocal minutes
         factor = math.exp(rng.gauss(0, launch_cv))
         reps = [measure(config, point, bench["requests_per_cell"], factor, rng, f"confirm-repeat-{r}")
                 for r in range(repeats)]
         runs.setdefault(point.point_id, []).extend(reps)
         write_launch(workdir / "confirm" / point.point_id / f"launch-{k}", [r for rep in reps for r in rep])
-        minutes += job_minutes(config, {**bench, "repeats": repeats}, coding)
+        minutes += job_minutes(config, {**matrix, "repeats": repeats}, coding)
 
     for point in points.values():  # the baselines once, every repeat and the coding eval; the others screened
         if point.point_id in baselines:
@@ -309,7 +311,7 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
     for k in range(last + 1):
         for pid in race.survivors:  # launch k of every candidate still in the race (interleaved in the workflow)
             if pid not in baselines:
-                launch(all_points[pid], k, shares[k], k == last)
+                launch(all_points[pid], k, shares[k], k == last, bench if k == last else regime_benchmark(config))
         if k < last:
             race = race_round(config, workdir / "screen", workdir / "confirm", race.to_json(), k)
     settle_bench, settled, k = regime_benchmark(config), 0, last

@@ -98,13 +98,23 @@ def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by
         launches = sorted((adaptive_run / "results" / "confirm" / pid).glob("launch-*/status.json"))
         assert len(launches) == sum(pid in points for points in entered) + len(extra.get(pid, [])), pid
     regime_cells = {(128, 1), (128, 8)}  # the regimes a priority weighs: latency and throughput
+    matrix = {(context, c) for context in (128, 2048) for c in (1, 4, 8)}
+    for pid in selection["survivors"]:  # a candidate's first launch measures only what the race compares
+        first = json.loads((adaptive_run / "results" / "confirm" / pid / "launch-0" / "bench" / "cells.json")
+                           .read_text())
+        measured = {(c["context"], c["concurrency"]) for c in first["cells"]}
+        assert measured == (matrix if pid in baselines else regime_cells), pid
     for pid in races[0]["survivors"]:
         cells = json.loads((adaptive_run / "results" / "points" / pid / "bench" / "cells.json").read_text())
         repeats = {(c["context"], c["concurrency"]): set() for c in cells["cells"]}
         for c in cells["cells"]:
             repeats[c["context"], c["concurrency"]].add(c["repeat"])
+        assert set(repeats) == matrix, pid
         for cell, seen in repeats.items():
-            assert len(seen) == 3 + (len(extra.get(pid, [])) if cell in regime_cells else 0), (pid, cell)
+            # the regime cells: every repeat, plus the settling launches; the others: a baseline's every repeat
+            # in its one launch, a candidate's last launch's share (2 of 3)
+            expected = 3 + len(extra.get(pid, [])) if cell in regime_cells else 3 if pid in baselines else 2
+            assert len(seen) == expected, (pid, cell)
     assert sorted(p.name for p in (adaptive_run / "results" / "points").iterdir()) == sorted(races[0]["survivors"])
     assert [r["stage"] for r in races[-1]["rounds"]] == [
         "screen", "refine", "confirm launch 1", *(f"settle after launch {k}" for k in range(2, len(races) + 1))]
@@ -127,6 +137,7 @@ def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by
     summary = (adaptive_run / "reports" / "optimization_summary.md").read_text()
     assert "## Best point per regime" in summary
     assert "Adaptive study: screening funnel" in summary
+    assert "only the cells the selection compares ran in every launch" in summary  # the others: one launch
     assert "Dropped by rule: " in summary and f"{cost['ratio_to_grid']:.0%} of the full grid's" in summary
     # Dropped points appear only in the funnel, each with why; the decisions cover the confirmed points only.
     head, funnel_text = summary.split("Adaptive study: screening funnel", 1)

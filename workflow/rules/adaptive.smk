@@ -8,7 +8,8 @@
 # 4. confirm_launch: each surviving candidate in the grid's launches (sweep.launches), its repeats split across
 #    them (results/confirm/<id>/launch-<k>/); after launch k of every point still in the race, checkpoint
 #    confirm_race (results/confirm/race-<k>.json) drops the points that can no longer be the best, and launch
-#    k+1 runs for the others, so launches interleave across points; the coding eval runs in the last launch;
+#    k+1 runs for the others, so launches interleave across points; the launches before the last measure the
+#    regime cells the race compares, the last the whole matrix and the coding eval;
 #    after it, settling rounds (the same checkpoint) send each priority's leader and its unsettled rivals to
 #    up to sweep.screen.settle_launches further launches of the regime cells;
 #    confirm_merge joins a point's launches into results/points/<id>/, the layout `ddsweep summarize` reads;

@@ -5,7 +5,8 @@ the full matrix with every repeat and the coding eval; they are references, not 
 a short screening run of every other point (the selected regimes' cells only, few requests, one launch, no coding
 eval), a selection that keeps every point that could still be the best (adaptive/selection.py), an optional
 refinement that screens knob values between the grid's (`sweep.refine`, adaptive/refinement.py), and a confirmation
-of the survivors in the grid's launches (`sweep.launches`, the repeats split across them).
+race of the survivors in the grid's launches (`sweep.launches`, the repeats split across them): the launches before
+the last measure the regime cells the race compares, the last the whole matrix.
 """
 
 from __future__ import annotations
@@ -179,17 +180,19 @@ def screen_record(config: dict, point: Point) -> dict:
 
 
 def confirm_record(config: dict, point: Point, launch: int) -> dict:
-    """The run-point record of confirmation launch `launch`: its share of the repeats (`confirm_shares`); the
-    coding eval in the last configured launch, which only the points still in the race after the earlier launches
-    reach. A baseline's launch 0 is its one measurement: every repeat and the coding eval. A settling launch
-    (after the configured ones) runs the regime cells only (`regime_benchmark`), with no coding eval."""
+    """The run-point record of confirmation launch `launch`: its share of the repeats (`confirm_shares`). The race's
+    launches before the last run the regime cells only (`regime_benchmark`: all the race compares); the last
+    configured launch, which only the points still in the race reach, runs the whole matrix and the coding eval.
+    A baseline's launch 0 is its one measurement: every repeat and the coding eval. A settling launch (after the
+    configured ones) runs the regime cells only, one repeat, with no coding eval."""
     record = point_record(config, point)
     configured = confirm_launches(config)
     baseline = point.kind in BASELINE_KINDS and launch == 0
     if launch >= configured:
         record["benchmark"] = regime_benchmark(config)
     elif not baseline:
-        record["benchmark"] = {**record["benchmark"], "repeats": confirm_shares(config)[launch]}
+        matrix = regime_benchmark(config) if launch < configured - 1 else record["benchmark"]
+        record["benchmark"] = {**matrix, "repeats": confirm_shares(config)[launch]}
     if launch != configured - 1 and not baseline:
         record["coding_eval"] = {**record["coding_eval"], "enabled": False}
     record["stage"] = "baseline" if baseline else "confirm" if launch < configured else "settle"
@@ -238,16 +241,17 @@ def running_baselines(config: dict) -> list[str]:
 def job_minutes(config: dict, unsettled: float = 0.0) -> dict:
     """Minutes of each kind of adaptive job in the plan's cost model (`resources.estimate`), where a share
     `unsettled` of the cells runs to its cap: a screening job, each confirmation launch (`launches`, its share of
-    the repeats), the coding eval (in the last configured launch), a baseline's one launch (every repeat and the
-    coding eval) and a settling launch."""
+    the repeats: the regime cells before the last, the whole matrix in the last), the coding eval (in the last
+    configured launch), a baseline's one launch (every repeat and the coding eval) and a settling launch."""
     est = config["resources"]["estimate"]
     sbench = screen_benchmark(config)
     bench = config["benchmark"]
 
-    def regime_job(requests: int | None) -> float:
-        """Minutes of one job of the regime cells at `requests` per cell; a cell never shorter than its minimum
-        window (`benchmark.min_window_s`), which every measured cell runs, and a share `unsettled` at its cap."""
-        return est["startup_min"] + warmup_minutes(sbench) + sum(
+    def regime_job(requests: int | None, repeats: int = 1) -> float:
+        """Minutes of one job of the regime cells at `requests` per cell, `repeats` times; a cell never shorter
+        than its minimum window (`benchmark.min_window_s`), which every measured cell runs, and a share `unsettled`
+        at its cap."""
+        return est["startup_min"] + warmup_minutes(sbench) + repeats * sum(
             expected_cell_minutes(max(cell_share(c, requests, bench["requests_per_cell"]) * est["cell_min"],
                                       sbench.get("min_window_s", 0) / 60), sbench, unsettled)
             for _, c in benchmark_cells(sbench))
@@ -262,8 +266,10 @@ def job_minutes(config: dict, unsettled: float = 0.0) -> dict:
         single["coding_eval"] = {**config["coding_eval"], "enabled": coding and config["coding_eval"]["enabled"]}
         return estimate_minutes(single, 1, unsettled)["per_point_min"]
 
+    *racing, last = confirm_shares(config)
     return {"screen": regime_job(sbench["requests_per_cell"]),
-            "launches": [one_launch(share, False) for share in confirm_shares(config)],
+            "launches": [*(regime_job(bench["requests_per_cell"], share) for share in racing),
+                         one_launch(last, False)],
             "coding": est["coding_min"] if config["coding_eval"]["enabled"] else 0.0,
             "baseline": one_launch(int(bench.get("repeats", 3)), True),
             "settle": regime_job(bench["requests_per_cell"])}

@@ -34,7 +34,7 @@ def caveats(d: Decisions) -> list[dict[str, Any]]:
         "the best of several noisy estimates and so tends to be optimistic (winner's curse); the intervals "
         f"are {s.confidence:.0%} intervals for each figure on its own. " + (
             "Points ran in two or more server launches, and the launch is the unit of every interval and test "
-            "(its variance pooled over the study's points, docs/statistics.md)."
+            "(its variance pooled over the study's points, docs/statistics.md)." + _race_cells_text(s.config)
             if any(len(f) >= 2 for o in d.regimes for f in o.resolved.launches.values()) else
             "The repeats of one point ran in one server launch, so the intervals do not include variation between "
             "launches or nodes."))})
@@ -67,6 +67,17 @@ def caveats(d: Decisions) -> list[dict[str, Any]]:
     if aliases:
         out.append(aliases)
     return out
+
+
+def _race_cells_text(config: dict[str, Any] | None) -> str:
+    """In an adaptive study of several confirmation launches: which cells ran in one launch per point."""
+    sweep = (config or {}).get("sweep") or {}
+    if sweep.get("strategy") != "adaptive" or int(sweep.get("launches") or 1) < 2:
+        return ""
+    return (" In this adaptive study only the cells the selection compares ran in every launch: the confirmation's "
+            "earlier launches measure those alone, so every other cell of a point ran in one launch (the "
+            "confirmation's last, or a baseline's one) and its interval holds the variation within that launch "
+            "only.")
 
 
 def _alias_caveat(d: Decisions) -> dict[str, Any] | None:

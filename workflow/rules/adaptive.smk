@@ -9,7 +9,7 @@
 #    them (results/confirm/<id>/launch-<k>/); after launch k of every point still in the race, checkpoint
 #    confirm_race (results/confirm/race-<k>.json) drops the points that can no longer be the best, and launch
 #    k+1 runs for the others, so launches interleave across points; the launches before the last measure the
-#    regime cells the race compares, the last the whole matrix and the coding eval;
+#    regime cells the race compares, the last the whole matrix with every repeat and the coding eval;
 #    after it, settling rounds (the same checkpoint) send each priority's leader and its unsettled rivals to
 #    up to sweep.screen.settle_launches further launches of the regime cells;
 #    confirm_merge joins a point's launches into results/points/<id>/, the layout `ddsweep summarize` reads;

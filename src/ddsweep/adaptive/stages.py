@@ -5,8 +5,8 @@ the full matrix with every repeat and the coding eval; they are references, not 
 a short screening run of every other point (the selected regimes' cells only, few requests, one launch, no coding
 eval), a selection that keeps every point that could still be the best (adaptive/selection.py), an optional
 refinement that screens knob values between the grid's (`sweep.refine`, adaptive/refinement.py), and a confirmation
-race of the survivors in the grid's launches (`sweep.launches`, the repeats split across them): the launches before
-the last measure the regime cells the race compares, the last the whole matrix.
+race of the survivors in the grid's launches (`sweep.launches`): the launches before the last measure the regime
+cells the race compares with the grid's share of the repeats, the last the whole matrix with every repeat.
 """
 
 from __future__ import annotations
@@ -180,11 +180,11 @@ def screen_record(config: dict, point: Point) -> dict:
 
 
 def confirm_record(config: dict, point: Point, launch: int) -> dict:
-    """The run-point record of confirmation launch `launch`: its share of the repeats (`confirm_shares`). The race's
-    launches before the last run the regime cells only (`regime_benchmark`: all the race compares); the last
-    configured launch, which only the points still in the race reach, runs the whole matrix and the coding eval.
-    A baseline's launch 0 is its one measurement: every repeat and the coding eval. A settling launch (after the
-    configured ones) runs the regime cells only, one repeat, with no coding eval."""
+    """The run-point record of confirmation launch `launch` (its repeats: `confirm_shares`). The race's launches
+    before the last run the regime cells only (`regime_benchmark`: all the race compares); the last configured
+    launch, which only the points still in the race reach, runs the whole matrix with every repeat and the coding
+    eval. A baseline's launch 0 is its one measurement: every repeat and the coding eval. A settling launch (after
+    the configured ones) runs the regime cells only, one repeat, with no coding eval."""
     record = point_record(config, point)
     configured = confirm_launches(config)
     baseline = point.kind in BASELINE_KINDS and launch == 0
@@ -206,9 +206,12 @@ def confirm_launches(config: dict) -> int:
 
 
 def confirm_shares(config: dict) -> list[int]:
-    """Repeats of each confirmation launch: the configured repeats split as in the grid, the smaller share first,
-    so that a point the race drops after its first launch has spent the least."""
-    return split_repeats(int(config["benchmark"].get("repeats", 3)), confirm_launches(config))[::-1]
+    """Repeats of each confirmation launch. The race's launches before the last (the regime cells only) take the
+    configured repeats split as in the grid, the smaller share first, so that a point the race drops after its
+    first launch has spent the least; the last launch, the only one of the whole matrix, runs every repeat, so
+    that each cell of a confirmed point has the configured repeats, as a baseline's one launch has."""
+    repeats = int(config["benchmark"].get("repeats", 3))
+    return [*split_repeats(repeats, confirm_launches(config))[::-1][:-1], repeats]
 
 
 def settle_launches(config: dict) -> int:

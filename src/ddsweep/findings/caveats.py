@@ -76,8 +76,8 @@ def _race_cells_text(config: dict[str, Any] | None) -> str:
         return ""
     return (" In this adaptive study only the cells the selection compares ran in every launch: the confirmation's "
             "earlier launches measure those alone, so every other cell of a point ran in one launch (the "
-            "confirmation's last, or a baseline's one) and its interval holds the variation within that launch "
-            "only.")
+            "confirmation's last, or a baseline's one), with every repeat, and its interval holds the variation "
+            "within that launch only.")
 
 
 def _alias_caveat(d: Decisions) -> dict[str, Any] | None:

@@ -237,11 +237,11 @@ def test_infrastructure_failures_are_retried_and_a_persistent_one_runs_again_nex
 @pytest.mark.slow
 def test_an_adaptive_study_names_screening_and_confirmation_failures_and_still_recommends(tmp_path):
     # fexit never starts (fails in screening); flate passes the short screening and crashes in every
-    # confirmation launch, whose cells have more requests than its crash threshold: the screening's 4 per cell
-    # (with windowed cells it sent 17 in all, this test, 2 cores) against the configured 32.
+    # confirmation launch, whose cells have more requests than its crash threshold: counted cells (no window), so
+    # the screening sends its warm-up and 4 requests, a confirmation launch its warm-up and 10 per cell and repeat.
     study = _study()
     late = {**study["engine"]["presets"]["fcrash"]}
-    late["args"] = [a if a != "crash-after:3" else "crash-after:25" for a in late["args"]]
+    late["args"] = [a if a != "crash-after:3" else "crash-after:8" for a in late["args"]]
     study["engine"]["presets"] = {"fexit": study["engine"]["presets"]["fexit"], "flate": late}
     study["sweep"]["points"] = [p for p in study["sweep"]["points"] if p["preset"] in ("fexit", "fcrash")]
     study["sweep"]["points"][1]["preset"] = "flate"
@@ -250,7 +250,7 @@ def test_an_adaptive_study_names_screening_and_confirmation_failures_and_still_r
     # keep every screened point (no band excludes anything at this confidence, no cap) and no settling
     study["sweep"]["screen"] = {"requests_per_cell": 4, "confidence": 0.999999, "race_keep": None,
                                 "settle_launches": 0}
-    study["benchmark"].update(repeats=2, requests_per_cell=32)
+    study["benchmark"].update(repeats=2, requests_per_cell=10, min_window_s=0)
     workdir = copy_workflow(tmp_path / "study", strict_standin=True)
     (workdir / "faults.yaml").write_text(yaml.safe_dump(study))
     first = _snakemake(workdir)

@@ -30,8 +30,13 @@ counted with the study's cost model (`resources.estimate`: startup, per-cell and
 each strategy actually ran, as `ddsweep plan` counts it: every workload's cells, and a cell with fewer requests
 than a full one in waves of C requests (`ddsweep.config.plan.cell_share`).
 
+Cells are counted (`benchmark.min_window_s: 0`): the emulated requests carry no timing a window could be cut from.
+`--unsettled` keeps the default config's windows, and the stability check then finds every screened cell unsettled:
+a study whose every cell drifts.
+
 Usage: python benchmarks/bench_adaptive.py [--seeds 10] [--launch-cv 0.04] [--assumed-cv 0.04] [--margin 0.02]
        [--refine-step 2] [--confidence 0.9] [--race-keep 2] [--settle-launches 1] [--budgets 4,8,12,16]
+       [--unsettled]
 """
 
 from __future__ import annotations
@@ -71,12 +76,16 @@ PARAMS = ModelParams()
 
 
 def study(assumed_cv: float, refine_step: int, confidence: float | None = None, race_keep: int | None = None,
-          budgets: list[int] | None = None, settle: int | None = None) -> dict:
+          budgets: list[int] | None = None, settle: int | None = None, unsettled: bool = False) -> dict:
     """The default study as an adaptive one, refining the budget in steps of `refine_step` (0: no refinement);
     `confidence`, `race_keep` (0: no cap), the grid's `budgets` and `settle` (the most settling launches)
-    override the defaults when given."""
+    override the defaults when given. Its cells are counted (no window), unless `unsettled`: then they keep the
+    default config's windows, and since the emulated requests carry no timing a window could be cut from, the
+    stability check finds every screened cell unsettled (widened by the tolerance, never a settled leader)."""
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     config["benchmark"]["requests_per_cell"] = 32  # fixed, so the cost model's cell time has one meaning
+    if not unsettled:
+        config["benchmark"]["min_window_s"] = 0
     if budgets:
         config["sweep"]["grid"]["budget"] = budgets
     screen = {"requests_per_cell": 8, "launch_cv": assumed_cv}
@@ -348,9 +357,11 @@ def main() -> int:
                         help="sweep.screen.settle_launches (default: the schema's; 0: no settling)")
     parser.add_argument("--budgets", type=lambda text: [int(b) for b in text.split(",")],
                         help="the grid's budgets, comma-separated (default: config/config.yaml's 4,8,12,16)")
+    parser.add_argument("--unsettled", action="store_true",
+                        help="keep the default config's windowed cells: every screened cell is then unsettled")
     args = parser.parse_args()
     config = study(args.assumed_cv, args.refine_step, args.confidence, args.race_keep, args.budgets,
-                   args.settle_launches)
+                   args.settle_launches, args.unsettled)
     grid_points = running_points(config)  # the points the workflow runs: one per alias group
 
     def truth(name: str, pick: str) -> float:

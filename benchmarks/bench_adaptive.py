@@ -59,8 +59,8 @@ from ddsweep.adaptive.refinement import resolve_point
 from ddsweep.adaptive.screening import estimate
 from ddsweep.adaptive.selection import select_round
 from ddsweep.adaptive.stages import (
+    confirm_benchmark,
     confirm_launches,
-    confirm_shares,
     regime_benchmark,
     running_baselines,
     screen_benchmark,
@@ -291,20 +291,20 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
     baselines = set(running_baselines(config))
     runs: dict[str, list[list[dict]]] = {}
 
-    def launch(point: Point, k: int, repeats: int, coding: bool, matrix: dict = bench) -> None:
-        """Launch k of a point: `repeats` repeats at one launch factor, written as one launch; it costs a launch of
-        `matrix` (the race's launches before the last: the regime cells only)."""
+    def launch(point: Point, k: int, matrix: dict, coding: bool) -> None:
+        """Launch k of a point: `matrix`'s repeats at one launch factor, written as one launch; it costs a launch of
+        `matrix` (a baseline's: every cell and repeat; a candidate's: `confirm_benchmark`)."""
         nonlocal minutes
         factor = math.exp(rng.gauss(0, launch_cv))
         reps = [measure(config, point, bench["requests_per_cell"], factor, rng, f"confirm-repeat-{r}")
-                for r in range(repeats)]
+                for r in range(matrix["repeats"])]
         runs.setdefault(point.point_id, []).extend(reps)
         write_launch(workdir / "confirm" / point.point_id / f"launch-{k}", [r for rep in reps for r in rep])
-        minutes += job_minutes(config, {**matrix, "repeats": repeats}, coding)
+        minutes += job_minutes(config, matrix, coding)
 
     for point in points.values():  # the baselines once, every repeat and the coding eval; the others screened
         if point.point_id in baselines:
-            launch(point, 0, bench["repeats"], True)
+            launch(point, 0, bench, True)
         else:
             screen(point)
     round1 = select_round(config, workdir / "screen", [p for p in points if p not in baselines], None,
@@ -315,12 +315,11 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
     race = select_round(config, workdir / "screen", [], round1.to_json(), workdir / "confirm")
     all_points = {**points, **refined}
     entered = len([p for p in race.survivors if p not in baselines])
-    shares = confirm_shares(config)
     last = confirm_launches(config) - 1
     for k in range(last + 1):
         for pid in race.survivors:  # launch k of every candidate still in the race (interleaved in the workflow)
             if pid not in baselines:
-                launch(all_points[pid], k, shares[k], k == last, bench if k == last else regime_benchmark(config))
+                launch(all_points[pid], k, confirm_benchmark(config, k), k == last)
         if k < last:
             race = race_round(config, workdir / "screen", workdir / "confirm", race.to_json(), k)
     settle_bench, settled, k = regime_benchmark(config), 0, last

@@ -5,8 +5,8 @@
 # 2. checkpoint screen_select: keep every point that could still be the best (results/screen/round1.json),
 #    listing refinement points around the survivors (sweep.refine), which are then screened too;
 # 3. checkpoint screen_final: select again among survivors and refinement points (results/screen/selection.json);
-# 4. confirm_launch: each surviving candidate in the grid's launches (sweep.launches), its repeats split across
-#    them (results/confirm/<id>/launch-<k>/); after launch k of every point still in the race, checkpoint
+# 4. confirm_launch: each surviving candidate in the grid's launches (sweep.launches)
+#    (results/confirm/<id>/launch-<k>/); after launch k of every point still in the race, checkpoint
 #    confirm_race (results/confirm/race-<k>.json) drops the points that can no longer be the best, and launch
 #    k+1 runs for the others, so launches interleave across points; the launches before the last measure the
 #    regime cells the race compares, the last the whole matrix with every repeat and the coding eval;

@@ -191,13 +191,20 @@ def confirm_record(config: dict, point: Point, launch: int) -> dict:
     if launch >= configured:
         record["benchmark"] = regime_benchmark(config)
     elif not baseline:
-        matrix = regime_benchmark(config) if launch < configured - 1 else record["benchmark"]
-        record["benchmark"] = {**matrix, "repeats": confirm_shares(config)[launch]}
+        record["benchmark"] = confirm_benchmark(config, launch)
     if launch != configured - 1 and not baseline:
         record["coding_eval"] = {**record["coding_eval"], "enabled": False}
     record["stage"] = "baseline" if baseline else "confirm" if launch < configured else "settle"
     record["launch"] = launch
     return record
+
+
+def confirm_benchmark(config: dict, launch: int) -> dict:
+    """The benchmark of a candidate's configured confirmation launch `launch`: the regime cells before the last
+    launch, the whole matrix in it, with the launch's repeats (`confirm_shares`)."""
+    last = launch == confirm_launches(config) - 1
+    matrix = config["benchmark"] if last else regime_benchmark(config)
+    return {**copy.deepcopy(matrix), "repeats": confirm_shares(config)[launch]}
 
 
 def confirm_launches(config: dict) -> int:

@@ -178,12 +178,12 @@ def s3_endpoint() -> Iterator[str]:
 
 
 # Run first, in this order (pyproject.toml keeps it: `--no-loadscope-reorder`): the two long chains of workflow runs,
-# then the Slurm tests, which mostly wait on the queue and so run beside the rest (the GPU test early: its exclusive job
-# waits for the node to drain), then the other tests that take a minute (in the fast tier, the contract tests, the smoke
-# study and the summaries of the synthetic study), so that none starts last and stretches the whole run. A worker whose
-# group holds at most two tests is sent the next one at once. Of a module whose tests read a study shared across workers
-# (`across_workers`), the first reader takes the module's place (it makes the study); the others follow with the rest of
-# the slow tests, by when the study is made or under way.
+# then the Slurm tests and the store's time budget, which mostly wait and so run beside the rest (the GPU test early:
+# its exclusive job waits for the node to drain), then the other tests that take a minute (in the fast tier, the
+# contract tests, the smoke study and the summaries of the synthetic study), so that none starts last and stretches
+# the whole run. A worker whose group holds at most two tests is sent the next one at once. Of a module whose tests
+# read a study shared across workers (`across_workers`), the first reader takes the module's place (it makes the
+# study); the others follow with the rest of the slow tests, by when the study is made or under way.
 FIRST = (
     "tests/workflow/test_adaptive.py",
     "tests/workflow/test_workflow.py",
@@ -192,6 +192,8 @@ FIRST = (
     "attempt_recorded",
     "tests/workflow/test_adaptive_slurm.py",
     "tests/workflow/test_real_sglang.py",
+    # its jobs mostly wait (20-s start-ups against a time budget): 2 to 3 minutes, most of it beside the rest
+    "tests/workflow/test_store_resume.py",
     "tests/workflow/test_slurm.py::test_a_point_requesting_gpus_gets_them_from_slurm",
     "tests/workflow/test_slurm.py::test_a_cancelled_point_leaves_no_server_and_is_rerun",
     "tests/contract/test_contract.py",

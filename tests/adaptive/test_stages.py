@@ -7,6 +7,7 @@ from conftest import demo_config
 
 from ddsweep.adaptive.refinement import refine_candidates, resolve_point
 from ddsweep.adaptive.stages import (
+    STAGES,
     confirm_record,
     format_stage_plan,
     job_minutes,
@@ -117,6 +118,24 @@ def test_plan_shows_each_stage_next_to_the_grid():
     for label in ("screen", "refine", "confirm", "full grid", "worst case", "expected"):
         assert label in text
     assert "worst case" not in stage_plan(demo_config())
+
+
+def test_the_best_case_is_the_baselines_the_screening_and_one_candidate_through_the_race():
+    config = demo_config(sweep={"strategy": "adaptive", "refine": {"budget": 2}})
+    stages = stage_estimates(config)
+    jobs = job_minutes(config)
+    best = {name: stage["best_min"] for name, stage in stages.items()}
+    # one candidate runs every confirmation launch and the coding eval; no refinement point survives
+    assert best["confirm"] == pytest.approx(sum(jobs["launches"]) + jobs["coding"])
+    assert best["refine"] == 0 < stages["refine"]["expected_min"]
+    assert (best["baselines"], best["screen"]) == (stages["baselines"]["worst_min"], stages["screen"]["worst_min"])
+    floor = sum(best[name] for name in STAGES)
+    assert floor < sum(stages[name]["expected_min"] for name in STAGES)
+    # the plan says what share of the grid even the best case costs, and what the baselines and screening take
+    share = round(100 * floor / stages["grid"]["expected_min"])
+    fixed = round(100 * (best["baselines"] + best["screen"]) / stages["grid"]["expected_min"])
+    assert f"even then the adaptive study costs {share}% of the grid" in stage_plan(config)
+    assert f"the baselines (one launch of every repeat each) and the screening {fixed}%" in stage_plan(config)
 
 
 def test_the_race_cap_bounds_the_worst_case_confirmation():

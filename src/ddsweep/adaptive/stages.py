@@ -286,11 +286,12 @@ def job_minutes(config: dict, unsettled: float = 0.0) -> dict:
 
 
 def stage_estimates(config: dict, unsettled: float = 0.0) -> dict[str, dict[str, float]]:
-    """Worst-case and expected job minutes of each adaptive stage, and of the full grid (the points that run),
-    for `ddsweep plan`, where a share `unsettled` of the cells does not settle. Such a cell runs to its cap (in
+    """Worst-case, expected and best-case job minutes of each adaptive stage, and of the full grid (the points that
+    run), for `ddsweep plan`, where a share `unsettled` of the cells does not settle. Such a cell runs to its cap (in
     both strategies), and the expected case counts every screened point with an unsettled selected cell as a
     survivor: the selection drops it only when even its widened band lies below the best, which the plan does not
-    count on."""
+    count on. The best case is the least the study can cost: the screening drops every candidate but one, and no
+    refinement point survives; the baselines and the screening are paid in every case."""
     points = running_points(config)
     n_base = len(running_baselines(config))
     n = len(points) - n_base  # the candidates: every running point but the baselines
@@ -319,15 +320,17 @@ def stage_estimates(config: dict, unsettled: float = 0.0) -> dict[str, dict[str,
     as_grid = {**config, "sweep": {**config["sweep"], "strategy": "grid"}}
     grid = estimate_minutes(as_grid, len(points), unsettled)["total_min"]
     return {
-        "grid": {"points": len(points), "worst_min": grid, "expected_min": grid},
+        "grid": {"points": len(points), "worst_min": grid, "expected_min": grid, "best_min": grid},
         "baselines": {"points": n_base, "worst_min": n_base * jobs["baseline"],
-                      "expected_min": n_base * jobs["baseline"]},
-        "screen": {"points": n, "worst_min": n * jobs["screen"], "expected_min": n * jobs["screen"]},
+                      "expected_min": n_base * jobs["baseline"], "best_min": n_base * jobs["baseline"]},
+        "screen": {"points": n, "worst_min": n * jobs["screen"], "expected_min": n * jobs["screen"],
+                   "best_min": n * jobs["screen"]},
         "refine": {"points": n_refine, "worst_min": n_refine * jobs["screen"],
-                   "expected_min": fraction * n_refine * jobs["screen"]},
+                   "expected_min": fraction * n_refine * jobs["screen"], "best_min": 0.0},
         "confirm": {"points": n + n_refine, "worst_min": confirm_min(n + n_refine, in_race),
-                    "expected_min": confirm_min(kept * n + fraction * kept * n_refine, expected_in_race)},
-        "settle": {"points": settling, "worst_min": settle_min, "expected_min": settle_min},
+                    "expected_min": confirm_min(kept * n + fraction * kept * n_refine, expected_in_race),
+                    "best_min": confirm_min(min(1, n), in_race)},
+        "settle": {"points": settling, "worst_min": settle_min, "expected_min": settle_min, "best_min": settle_min},
     }
 
 
@@ -384,15 +387,19 @@ def format_stage_plan(config: dict, results_dir: Path | None = None) -> list[str
     lines = ["", f"adaptive strategy (expected: {fraction:.0%} of the non-baseline points survive the screening)",
              f"cells not settling: {unsettled['share']:.0%} expected ({unsettled['source']}); each runs to "
              "benchmark.max_window_s in both strategies, and a screened point with one is counted as a survivor",
-             race, settle, f"{'stage':<10} {'points':>7}  {'worst case':>25}  {'expected':>25}"]
+             race, settle,
+             f"{'stage':<10} {'points':>7}  {'worst case':>25}  {'expected':>25}  {'best case':>25}"]
+    cases = ("worst_min", "expected_min", "best_min")
     for name in STAGES:
         s = stages[name]
-        lines.append(f"{name:<10} {s['points']:>7}  {hours(s['worst_min']):>25}  {hours(s['expected_min']):>25}")
-    worst = sum(stages[s]["worst_min"] for s in STAGES)
-    expected = sum(stages[s]["expected_min"] for s in STAGES)
-    lines.append(f"{'adaptive':<10} {'':>7}  {hours(worst):>25}  {hours(expected):>25}")
-    lines.append(f"{'full grid':<10} {stages['grid']['points']:>7}  {hours(stages['grid']['worst_min']):>25}  "
-                 f"{hours(stages['grid']['expected_min']):>25}")
+        lines.append(f"{name:<10} {s['points']:>7}  " + "  ".join(f"{hours(s[c]):>25}" for c in cases))
+    worst, expected, best = (sum(stages[s][c] for s in STAGES) for c in cases)
+    grid = stages["grid"]["expected_min"]
+    lines.append(f"{'adaptive':<10} {'':>7}  " + "  ".join(f"{hours(m):>25}" for m in (worst, expected, best)))
+    lines.append(f"{'full grid':<10} {stages['grid']['points']:>7}  " + "  ".join(f"{hours(grid):>25}" for _ in cases))
+    lines.append(f"best case: the screening drops every candidate but one; even then the adaptive study costs "
+                 f"{best / grid:.0%} of the grid, the baselines (one launch of every repeat each) and the screening "
+                 f"{(stages['baselines']['best_min'] + stages['screen']['best_min']) / grid:.0%}")
     choice = chosen_strategy(config, results_dir)
     if expected >= stages["grid"]["expected_min"]:
         lines.append(f"WARNING: the adaptive study is not expected to be cheaper than the grid here "

@@ -124,6 +124,15 @@ def across_workers(fixture: Callable) -> Callable:
     return fixture
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _port_counter(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Where standin.free_port counts the ports it gave out: one file for all the session's workers, in the
+    session's temporary directory (which pytest removes with old sessions)."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' basetemps share a parent
+    os.environ["DDSWEEP_TEST_PORTS"] = str(root / "ports-given")
+
+
 def shared_study(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
     """The directory in which `make(directory)` ran a study, once per test session: the first pytest-xdist worker to
     ask makes it under a lock, the others wait for it and read it. If it fails, every test that asks fails with the

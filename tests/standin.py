@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,10 +19,34 @@ FAST = ["--sim-step-ms", "1", "--sim-prefill-ms-per-1k", "1"]
 
 
 def free_port() -> int:
-    """An unused TCP port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free TCP port that no other test of this session was given, below the kernel's ephemeral range.
+
+    A port the kernel hands out for port 0 is free only until someone binds it: between this call and the server's
+    bind (a second or more on a loaded machine) any socket bound to port 0 (a launcher's, an HTTP client's) may get
+    it, and the test would then talk to another server. Below the ephemeral range the kernel never hands a port
+    out, and the ports handed out here are counted in a file shared by the session's workers (tests/conftest.py)."""
+    first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    low, high = max(1024, first_ephemeral - 10_000), first_ephemeral
+    # tests/conftest.py names the session's file; elsewhere (a script) each process counts its own
+    counter = Path(os.environ.get("DDSWEEP_TEST_PORTS") or Path(tempfile.gettempdir()) / f"ports-{os.getpid()}")
+    session = str(counter.parent)
+    with open(counter, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        # each session starts at its own place in the range, so that two sessions side by side rarely meet
+        given = int(handle.read() or zlib.crc32(session.encode()))
+        for offset in range(given, given + (high - low)):
+            port = low + offset % (high - low)
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            handle.seek(0)
+            handle.truncate()
+            handle.write(str(offset + 1))
+            return port
+    raise RuntimeError(f"no free TCP port in {low}-{high - 1}")
 
 
 def marked_processes(marker: str) -> list[int]:
@@ -58,6 +85,9 @@ class Sim:
         while time.time() < deadline:
             try:
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    if self.proc.poll() is not None:  # another process answers on this port
+                        raise AssertionError(f"the stand-in exited (status {self.proc.returncode}) and another "
+                                             f"server answers on its port {self.port}: {self.close()[-2000:]}")
                     return
             except httpx.HTTPError:
                 pass

@@ -124,7 +124,15 @@ def across_workers(fixture: Callable) -> Callable:
     return fixture
 
 
+def _of_each_worker(fixture: Callable) -> Callable:
+    """Mark a session fixture that every worker makes for itself and that ties no test to a worker (an autouse
+    fixture used by every test): pytest_itemcollected does not group its tests by module."""
+    fixture.of_each_worker = True
+    return fixture
+
+
 @pytest.fixture(scope="session", autouse=True)
+@_of_each_worker
 def _port_counter(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Where standin.free_port counts the ports it gave out: one file for all the session's workers, in the
     session's temporary directory (which pytest removes with old sessions)."""
@@ -245,9 +253,11 @@ def _fixtures(item: pytest.Item) -> list:
 
 def _module_fixture(item: pytest.Item) -> bool:
     """Whether the test uses a fixture of this suite that lives longer than one test (module or session), other
-    than a study shared across workers (`across_workers`)."""
+    than a study shared across workers (`across_workers`) and what every worker makes for itself
+    (`_of_each_worker`)."""
     return any(d.scope != "function" and d.func.__module__.split(".")[0] not in ("_pytest", "xdist")
-               and not getattr(d.func, "across_workers", False) for d in _fixtures(item))
+               and not getattr(d.func, "across_workers", False) and not getattr(d.func, "of_each_worker", False)
+               for d in _fixtures(item))
 
 
 def _reads_a_shared_study(item: pytest.Item) -> bool:

@@ -1,0 +1,10 @@
+"""How tests/conftest.py spreads the tests over pytest-xdist workers."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def test_a_test_without_a_longer_lived_fixture_is_tied_to_no_worker(request: pytest.FixtureRequest) -> None:
+    # the session fixtures every worker makes for itself (autouse) must not group every test by its module
+    assert request.node.get_closest_marker("xdist_group") is None

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from standin import free_port
 
-from ddsweep.point.lifecycle import ManagedServer, ServerSpec, find_free_port
+from ddsweep.point.lifecycle import ManagedServer, ServerSpec
 
 MANIFEST = Path(sys.prefix) / "ddsweep-real-sglang.json"
 REQUIRE_ENV = "DDSWEEP_REAL_SGLANG"
@@ -57,7 +58,7 @@ def start(log_path: Path, extra_args: list[str] | None = None) -> RealServer:
     """Start a real server on a free port through ManagedServer and wait until /health answers 200, recording
     every /health answer seen during start-up (a status code, or `refused` before the port listens)."""
     doc = manifest()
-    port = find_free_port()
+    port = free_port()
     command = [doc["python"], "-m", "sglang.launch_server", "--model-path", doc["model_dir"],
                "--host", "127.0.0.1", "--port", str(port), *doc["server_args"], *(extra_args or [])]
     spec = ServerSpec(command=command, env=dict(doc["env"]), host="127.0.0.1", port=port)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 from conftest import demo_record
+from standin import free_port
 
 from ddsweep.point.lifecycle import (
     ManagedServer,
     ServerSpec,
     describe_failed_checks,
-    find_free_port,
     owned_processes,
     render_server,
     verify_settings,
@@ -29,7 +29,7 @@ NO_CODING = {"coding_eval": {"enabled": False}}
 
 def _started(record: dict, tmp_path: Path, timeout_s: float = 20.0) -> ManagedServer:
     """Start the record's server and wait for it (the caller stops it)."""
-    server = ManagedServer(render_server(record, find_free_port()), tmp_path / "server.log", shutdown_timeout_s=3)
+    server = ManagedServer(render_server(record, free_port()), tmp_path / "server.log", shutdown_timeout_s=3)
     server.start()
     server.wait_until_healthy(timeout_s)
     return server
@@ -303,7 +303,7 @@ def test_a_failure_while_the_server_is_still_dying_is_named_a_crash(tmp_path):
     dying = [sys.executable, "-c", "import time; print('Traceback (most recent call last):'); "
              "print('  File \"x.py\", line 1, in f'); print('RuntimeError: boom', flush=True); "
              "time.sleep(1.0); raise SystemExit(3)"]
-    server = ManagedServer(ServerSpec(command=dying, env={}, host="127.0.0.1", port=find_free_port()),
+    server = ManagedServer(ServerSpec(command=dying, env={}, host="127.0.0.1", port=free_port()),
                            tmp_path / "server.log", shutdown_timeout_s=3)
     server.start()
     try:
@@ -319,7 +319,7 @@ def test_a_failure_of_a_server_that_lives_on_keeps_its_kind(tmp_path):
     from ddsweep.point.run import CRASH_GRACE_S, _crash_or
 
     living = [sys.executable, "-c", "import time; time.sleep(60)"]
-    server = ManagedServer(ServerSpec(command=living, env={}, host="127.0.0.1", port=find_free_port()),
+    server = ManagedServer(ServerSpec(command=living, env={}, host="127.0.0.1", port=free_port()),
                            tmp_path / "server.log", shutdown_timeout_s=3)
     server.start()
     try:

@@ -8,7 +8,9 @@ import sys
 import time
 import uuid
 
-from ddsweep.point.lifecycle import OWNER_ENV, find_free_port, listener_owned, owned_processes
+from standin import free_port
+
+from ddsweep.point.lifecycle import OWNER_ENV, listener_owned, owned_processes
 
 LISTEN = ("import socket, sys, time\n"
           "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); print('ready', flush=True)\n"
@@ -26,7 +28,7 @@ def start_listener(port: int, token: str | None) -> subprocess.Popen:
 
 
 def test_the_owner_token_finds_our_processes_and_tells_our_listener_from_a_foreign_one() -> None:
-    token, port = uuid.uuid4().hex, find_free_port()
+    token, port = uuid.uuid4().hex, free_port()
     assert listener_owned(port, token) is None  # nothing listens
     ours = start_listener(port, token)
     try:

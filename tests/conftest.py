@@ -136,17 +136,20 @@ def _of_each_worker(fixture: Callable) -> Callable:
 def _port_counter(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Where standin.free_port counts the ports it gave out: one file for all the session's workers, in the
     session's temporary directory (which pytest removes with old sessions)."""
+    os.environ["DDSWEEP_TEST_PORTS"] = str(_session_root(tmp_path_factory) / "ports-given")
+
+
+def _session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The temporary directory of the whole test session, which every pytest-xdist worker sees."""
     base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' basetemps share a parent
-    os.environ["DDSWEEP_TEST_PORTS"] = str(root / "ports-given")
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' basetemps share a parent
 
 
 def shared_study(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
     """The directory in which `make(directory)` ran a study, once per test session: the first pytest-xdist worker to
     ask makes it under a lock, the others wait for it and read it. If it fails, every test that asks fails with the
     same message. A test that changes files in it works on its own copy (`shutil.copytree`)."""
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' basetemps share a parent
+    root = _session_root(tmp_path_factory)
     directory, done, failed = (root / f"shared-{name}{suffix}" for suffix in ("", ".done", ".failed"))
     with open(root / f"shared-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -216,6 +216,16 @@ FIRST = (
     "tests/workflow/test_store_resume.py",
     "tests/workflow/test_slurm.py::test_a_point_requesting_gpus_gets_them_from_slurm",
     "tests/workflow/test_slurm.py::test_a_cancelled_point_leaves_no_server_and_is_rerun",
+    # half a minute to a minute and more each, two of them on a copy of a shared study: started with the other
+    # slow tests, they ran alone at the end
+    "tests/workflow/test_adaptive.py::test_a_new_confirmation_benchmark_reruns_every_launch_and_unsettled_picks_"
+    "settle_on_the_regime_cells",
+    "tests/workflow/test_workflow.py::test_full_humaneval_on_the_picks_runs_after_the_study_without_rerunning_a_"
+    "point",
+    "tests/workflow/test_failures.py::test_a_screening_that_failed_on_the_machine_runs_again_next_time_and_the_"
+    "study_settles",
+    "tests/workflow/test_store_resume.py::test_a_lost_machine_loses_no_finished_point_and_a_fresh_directory_resumes_"
+    "from_the_store",
     "tests/contract/test_contract.py",
     "tests/workflow/test_smoke.py::test_the_smoke_study_runs_one_point_one_cell_and_three_problems_in_its_own_"
     "directory",

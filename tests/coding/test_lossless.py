@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddsweep.coding.lossless import assess_lossless, compare_outputs, first_difference, simple_tokens
+from ddsweep.coding.lossless import assess_lossless, compare_outputs, first_difference, simple_tokens, wilson_interval
 
 
 def record(task_id: str, response: str, reasoning: str | None = None, error_kind: str | None = None) -> dict:
@@ -83,3 +83,15 @@ def test_without_a_repeat_nothing_is_flagged() -> None:
     assert result["floor"] is None
     assert result["points"]["p"]["exact_match_rate"] == 0.0
     assert result["points"]["p"]["below_floor"] is None
+
+
+def test_the_wilson_interval_is_scipys_wilson_interval() -> None:
+    from scipy import stats
+
+    for trials in (1, 2, 7, 40, 164, 1000):
+        for successes in sorted({0, 1, trials // 3, trials // 2, trials - 1, trials}):
+            for level in (0.8, 0.95, 0.99):
+                expected = stats.binomtest(successes, trials).proportion_ci(confidence_level=level, method="wilson")
+                low, high = wilson_interval(successes, trials, level)
+                assert abs(low - expected.low) < 1e-12 and abs(high - expected.high) < 1e-12, (successes, trials)
+    assert wilson_interval(0, 0) == (0.0, 1.0)

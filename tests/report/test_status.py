@@ -48,10 +48,12 @@ def _fake_study(tmp_path: Path) -> tuple[list[str], Path, SynthPoint]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     squeue = bin_dir / "squeue"
+    # this study's jobs run in its directory (the parent of results/); another study's `bs16-b8-t4-w2048` does not
     squeue.write_text("#!/bin/sh\n"
-                      "echo '812|RUNNING|1:30|gpu03|rule_run_point_wildcards_bs8-b8-t4-w2048'\n"
-                      "echo '813|PENDING|0:00|(Resources)|rule_run_point_wildcards_bs8-b4-t1-w2048'\n"
-                      "echo '900|RUNNING|5:00|gpu09|someone else'\n")
+                      f"echo '812|RUNNING|1:30|gpu03|rule_run_point_wildcards_bs8-b8-t4-w2048|{tmp_path}'\n"
+                      f"echo '813|PENDING|0:00|(Resources)|rule_run_point_wildcards_bs8-b4-t1-w2048|{tmp_path}/'\n"
+                      f"echo '814|RUNNING|0:10|gpu04|rule_run_point_wildcards_bs16-b8-t4-w2048|{tmp_path}/other'\n"
+                      f"echo '900|RUNNING|5:00|gpu09|someone else|{tmp_path}'\n")
     squeue.chmod(squeue.stat().st_mode | stat.S_IEXEC)
     return [str(ROOT / "config/config.yaml"), str(ROOT / ".test/config.yaml"), str(extra)], results, done
 

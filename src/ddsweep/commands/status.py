@@ -4,9 +4,11 @@ Each point is `waiting` (not submitted yet), `pending` or `running` (Slurm job i
 (headline figure: the first analysis regime's median), `failed` (error kind and one-line reason; a result of the
 study, or the machine's failure on every attempt of this invocation, which the next one reruns), `not_started`
 (its build's canary failed at start-up on the machine; the next invocation runs it) or `interrupted` (stopped from
-outside; the next run resubmits it). An adaptive study's point that has no confirmed record yet is shown from its
-screening. Below the table: the failures grouped by cause, GPU hours spent against `ddsweep plan`'s estimate, and
-an ETA from the measured point durations. `--expect-measured N` exits 1 when fewer than N points were measured."""
+outside; the next run resubmits it). The Slurm jobs counted are the study's own: run_point jobs whose working
+directory is the results directory's parent (another study's point of the same name is not this one's). An
+adaptive study's point that has no confirmed record yet is shown from its screening. Below the table: the failures
+grouped by cause, GPU hours spent against `ddsweep plan`'s estimate, and an ETA from the measured point durations.
+`--expect-measured N` exits 1 when fewer than N points were measured."""
 
 from __future__ import annotations
 
@@ -23,15 +25,16 @@ from ddsweep.findings.progress import study_status
 from ddsweep.report.status import format_status
 from ddsweep.slurm import parse_slurm_duration
 
-SQUEUE_FORMAT = "%i|%T|%M|%N|%k"
+SQUEUE_FORMAT = "%i|%T|%M|%N|%k|%Z"
 COMMENT_PREFIX = "rule_run_point_wildcards_"
 SQUEUE_STATES = {"PENDING": "pending", "CONFIGURING": "pending", "RUNNING": "running", "COMPLETING": "running",
                  "REQUEUED": "pending", "SUSPENDED": "pending"}
 
 
 
-def squeue_jobs() -> dict[str, dict[str, Any]]:
-    """Point id -> {job_id, state, elapsed_s, node} of this user's run_point jobs in squeue ({} without Slurm)."""
+def squeue_jobs(study_dir: Path) -> dict[str, dict[str, Any]]:
+    """Point id -> {job_id, state, elapsed_s, node} of this user's run_point jobs in squeue that run in `study_dir`
+    ({} without Slurm): a point of the same name in another study's directory is that study's, not this one's."""
     if shutil.which("squeue") is None:
         return {}
     try:
@@ -39,12 +42,15 @@ def squeue_jobs() -> dict[str, dict[str, Any]]:
                               timeout=30, check=False)
     except subprocess.TimeoutExpired:
         return {}
+    study_dir = study_dir.resolve()
     jobs = {}
     for line in done.stdout.splitlines():
         parts = line.strip().split("|")
-        if len(parts) != 5 or not parts[4].startswith(COMMENT_PREFIX):
+        if len(parts) != 6 or not parts[4].startswith(COMMENT_PREFIX):
             continue
-        job_id, state, elapsed, node, comment = parts
+        job_id, state, elapsed, node, comment, workdir = parts
+        if workdir and Path(workdir).resolve() != study_dir:
+            continue
         jobs[comment[len(COMMENT_PREFIX):]] = {"job_id": job_id, "state": SQUEUE_STATES.get(state, state.lower()),
                                                "elapsed_s": parse_slurm_duration(elapsed),
                                                "node": node if node and not node.startswith("(") else None}
@@ -59,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"ddsweep status: {exc}", file=sys.stderr)
         return 2
     while True:
-        status = study_status(config, Path(args.results), squeue_jobs())
+        status = study_status(config, Path(args.results), squeue_jobs(Path(args.results).resolve().parent))
         text = format_status(status)
         if args.watch and sys.stdout.isatty():
             text = "\033[H\033[2J" + text

@@ -251,7 +251,7 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(ROOT / "src" / "ddsweep", quiet=1)
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+def pytest_xdist_auto_num_workers() -> int:
     """Workers for `-n auto` (pyproject.toml): six, in both tiers. The full tier's Slurm tests mostly wait, and so do
     the fast tier's stand-ins and timeouts: with four workers its two cores were idle a quarter of the time, and six
     took 86 s against 92 s. Eight made the full tier slower (429 s against 406 s): its other tests are bound by CPU."""

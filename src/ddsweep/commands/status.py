@@ -34,7 +34,7 @@ SQUEUE_STATES = {"PENDING": "pending", "CONFIGURING": "pending", "RUNNING": "run
 
 def squeue_jobs(study_dir: Path) -> dict[str, dict[str, Any]]:
     """Point id -> {job_id, state, elapsed_s, node} of this user's run_point jobs in squeue that run in `study_dir`
-    ({} without Slurm): a point of the same name in another study's directory is that study's, not this one's."""
+    (a resolved path; {} without Slurm): a point of the same name in another study's directory is that study's."""
     if shutil.which("squeue") is None:
         return {}
     try:
@@ -42,7 +42,6 @@ def squeue_jobs(study_dir: Path) -> dict[str, dict[str, Any]]:
                               timeout=30, check=False)
     except subprocess.TimeoutExpired:
         return {}
-    study_dir = study_dir.resolve()
     jobs = {}
     for line in done.stdout.splitlines():
         parts = line.strip().split("|")

@@ -3,6 +3,7 @@ even when it reached the server at the same moment (configuration results: tests
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -15,7 +16,9 @@ from conftest import demo_config, demo_record
 from faketransformers import fake_transformers
 from test_lifecycle import NO_CODING, owned_processes_of_port
 
+import ddsweep.point.run as run_module
 from ddsweep.analysis.results import failed_cells_text, load_results
+from ddsweep.bench.cells import run_coroutine
 from ddsweep.point.preflight import check_matrix
 from ddsweep.point.run import PointFailed, parse_slurm_duration, run_point
 
@@ -72,12 +75,44 @@ def test_sigterm_to_run_point_and_server_at_once_mid_benchmark_is_an_interruptio
     port = json.loads((out / "point.json").read_text())["port"]
     for pid in [*owned_processes_of_port(port), proc.pid]:  # what Slurm does: every process of the job step
         os.kill(pid, signal.SIGTERM)
-    assert proc.wait(timeout=30) == 143, proc.stderr.read()
+    _, stderr = proc.communicate(timeout=30)  # read as it comes: a full pipe would stop run-point's next log line
+    assert proc.returncode == 143, stderr
     failure = json.loads((out / "failure.json").read_text())
     assert failure["error_kind"] == "interrupted" and "SIGTERM" in failure["error"], failure
     assert not done.exists()
     assert len(requests.read_text().splitlines()) >= 3  # the measurements taken before the signal are kept
     assert owned_processes_of_port(port) == []
+
+
+@pytest.mark.slow
+def test_a_signal_handled_inside_one_of_the_event_loops_callbacks_ends_the_point_as_interrupted(monkeypatch,
+                                                                                                  tmp_path):
+    # A signal is handled wherever the main thread is: here inside a callback of the benchmark's event loop, as when
+    # a prompt built in a thread hands its result back. Raised there, the interruption was swallowed by the loop, the
+    # future the callback was resolving never resolved, and the benchmark waited forever.
+    def benchmark(*_args) -> None:
+        async def signalled_in_a_callback() -> None:
+            loop = asyncio.get_running_loop()
+            resolved = loop.create_future()
+
+            def callback() -> None:
+                signal.raise_signal(signal.SIGTERM)
+                if not resolved.done():
+                    resolved.set_result(None)
+
+            loop.call_soon(callback)
+            await asyncio.wait_for(resolved, 5)
+            await asyncio.sleep(30)  # the rest of the matrix
+
+        run_coroutine(signalled_in_a_callback())
+
+    monkeypatch.setattr(run_module, "_benchmark", benchmark)
+    started = time.monotonic()
+    with pytest.raises(PointFailed) as failed:
+        run_point(demo_record("ar", **NO_CODING), tmp_path / "p", progress=lambda _: None)
+    assert failed.value.kind == "interrupted" and "interrupted by SIGTERM" in str(failed.value)
+    assert time.monotonic() - started < 20
+    assert json.loads((tmp_path / "p" / "failure.json").read_text())["error_kind"] == "interrupted"
 
 
 @pytest.mark.slow

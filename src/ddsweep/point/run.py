@@ -77,8 +77,12 @@ class PointFailed(RuntimeError):
         return self.classification is not None and self.classification.is_result
 
 
-class Interrupted(BaseException):
-    """SIGTERM, SIGINT or SIGHUP arrived (Slurm's pre-timeout signal, scancel, Ctrl-C, a closed terminal)."""
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, SIGINT or SIGHUP arrived (Slurm's pre-timeout signal, scancel, Ctrl-C, a closed terminal).
+
+    A KeyboardInterrupt, because event loops (asyncio's, uvloop's) let only those leave their callbacks and tasks:
+    any other exception raised there by the signal handler is logged and swallowed, the future that callback was
+    resolving never resolves, and the benchmark waits forever."""
 
 
 @dataclass

@@ -13,6 +13,7 @@ from conftest import needs_rsync
 
 from ddsweep.point.marks import STORE_ENV, AttemptMarks, unit_of
 from ddsweep.point.preflight import store_result
+from ddsweep.point.run import Interrupted
 from ddsweep.store import (
     LEGACY_PREFLIGHTS,
     MANIFEST,
@@ -187,6 +188,13 @@ def test_an_attempt_left_by_an_exception_is_marked_ended_with_it(tmp_path):
     with pytest.raises(KeyboardInterrupt), AttemptMarks(out):
         raise KeyboardInterrupt
     assert [a["how"] for a in interrupted_attempts(out)] == ["KeyboardInterrupt()"]
+
+
+def test_an_attempt_left_by_run_points_interruption_is_marked_interrupted(tmp_path):
+    out = tmp_path / UNIT
+    with pytest.raises(Interrupted), AttemptMarks(out):
+        raise Interrupted("SIGTERM")
+    assert [a["how"] for a in interrupted_attempts(out)] == ["Interrupted('SIGTERM')"]
 
 
 @pytest.mark.parametrize("url, message", [

@@ -72,5 +72,6 @@ class AttemptMarks:
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, _tb: object) -> None:
         if not self._ended:
-            self.ended("interrupted" if exc_type in (KeyboardInterrupt, SystemExit) else "error",
+            interrupted = exc_type is not None and issubclass(exc_type, (KeyboardInterrupt, SystemExit))
+            self.ended("interrupted" if interrupted else "error",
                        repr(exc) if exc else "the job ended without a terminal record")

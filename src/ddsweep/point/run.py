@@ -6,6 +6,7 @@ complete; everything measured before a failure stays on disk next to `failure.js
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -14,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -80,9 +82,8 @@ class PointFailed(RuntimeError):
 class Interrupted(KeyboardInterrupt):
     """SIGTERM, SIGINT or SIGHUP arrived (Slurm's pre-timeout signal, scancel, Ctrl-C, a closed terminal).
 
-    A KeyboardInterrupt, because event loops (asyncio's, uvloop's) let only those leave their callbacks and tasks:
-    any other exception raised there by the signal handler is logged and swallowed, the future that callback was
-    resolving never resolves, and the benchmark waits forever."""
+    A KeyboardInterrupt, as Python's own interruption: what handles those (an attempt's marks, an event loop's
+    callbacks) handles it alike."""
 
 
 @dataclass
@@ -162,13 +163,19 @@ def _archive_previous_attempt(out_dir: Path) -> None:
 
 
 def _install_signal_handlers(received: list[str], time_limit: str = "",
-                             on_signal: Callable[[], None] | None = None, named: list[str] | None = None) -> dict:
+                             on_signal: Callable[[], None] | None = None, named: list[str] | None = None,
+                             benchmarking: threading.Event | None = None) -> dict:
     """Turn SIGTERM/SIGINT/SIGHUP, and SIGALRM (the alarm set before the job's time limit, named `time_limit`),
-    into an Interrupted exception so the server is always stopped; `received` keeps the cause, because the
-    exception can be swallowed (e.g. inside an event loop). A signal may reach run-point alone (the alarm, a `kill`
-    of run-point, the SIGTERM run-point sends itself when its workflow is gone, whose cause is in `named`):
-    `on_signal` signals the server at once, as a signal to every process of the job would, so that the step in
-    progress fails even where the exception was swallowed."""
+    into an Interrupted exception so the server is always stopped; `received` keeps the cause. A signal may reach
+    run-point alone (the alarm, a `kill` of run-point, the SIGTERM run-point sends itself when its workflow is gone,
+    whose cause is in `named`): `on_signal` signals the server at once, as a signal to every process of the job
+    would, so that the step in progress fails even where the interruption is absorbed.
+
+    While `benchmarking` is set the handler raises nothing: raised wherever the benchmark's event loop (or its
+    set-up and teardown) happens to be, the exception can leave a lock taken (a thread's future, which the loop's
+    executor then waits on forever), be swallowed by one of the loop's callbacks, or leave the loop unclosable. A
+    running loop cancels its tasks instead, from its own callback, and again every 0.1 s until it ends (a
+    cancellation can be absorbed); run_point reports the interruption when the step returns."""
     def handler(signum: int, _frame: object) -> None:
         alarm = signum == signal.SIGALRM
         cause = (time_limit if alarm and time_limit else named[0] if named and signum == signal.SIGTERM
@@ -176,9 +183,20 @@ def _install_signal_handlers(received: list[str], time_limit: str = "",
         received.append(cause)
         if on_signal is not None:
             on_signal()
-        raise Interrupted(cause)
+        if benchmarking is None or not benchmarking.is_set():
+            raise Interrupted(cause)
+        with contextlib.suppress(RuntimeError):  # no loop runs yet, or any more: the step ends on its own
+            loop = asyncio.get_running_loop()
+            loop.call_soon_threadsafe(_cancel_every_task, loop)
 
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM)}
+
+
+def _cancel_every_task(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel every task of `loop`, and again in 0.1 s, until the loop stops running them."""
+    for task in asyncio.all_tasks(loop):
+        task.cancel()
+    loop.call_later(0.1, _cancel_every_task, loop)
 
 
 def slurm_time_left_s() -> float | None:
@@ -409,7 +427,9 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
     cause = f"the Slurm job's time limit (stopped {time_limit_lead_s:g} s before it, resources.signal_lead_s)"
     live: list[ManagedServer] = []
     named: list[str] = []  # why run-point signalled itself: its workflow is gone
-    previous = _install_signal_handlers(received, cause, lambda: [started.terminate() for started in live], named)
+    benchmarking = threading.Event()
+    previous = _install_signal_handlers(received, cause, lambda: [started.terminate() for started in live], named,
+                                        benchmarking)
     if left is not None:
         signal.setitimer(signal.ITIMER_REAL, max(1.0, left - time_limit_lead_s))
     watch = _watch_workflow(named, progress)
@@ -431,7 +451,13 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
                 run.steps["bench"] = "skipped"
             else:
                 run.steps["bench"] = "started"
-                _benchmark(record, server, out_dir, run, progress)
+                benchmarking.set()
+                try:
+                    _benchmark(record, server, out_dir, run, progress)
+                finally:
+                    benchmarking.clear()
+                if received:  # the benchmark ended on its own after the signal (its cancellation absorbed)
+                    raise Interrupted(received[0])
                 run.steps["bench"] = "ok"
             if record["coding_eval"]["enabled"]:
                 run.steps["coding"] = "started"
@@ -448,8 +474,10 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
             raise failed(PointFailed("interrupted", message)) from None
         failed(exc)
         raise
-    except Interrupted as exc:
-        message = f"interrupted by {exc}; the server was stopped and the point is incomplete (rerun it)"
+    except (Interrupted, asyncio.CancelledError):
+        if not received:  # a cancellation no signal asked for
+            raise
+        message = f"interrupted by {received[0]}; the server was stopped and the point is incomplete (rerun it)"
         raise failed(PointFailed("interrupted", message)) from None
     except OSError as exc:
         error = PointFailed("io", f"could not write results under {out_dir}: {exc}")

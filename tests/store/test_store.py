@@ -13,7 +13,7 @@ from conftest import needs_rsync
 
 from ddsweep.point.marks import STORE_ENV, AttemptMarks, unit_of
 from ddsweep.point.preflight import store_result
-from ddsweep.point.run import Interrupted
+from ddsweep.point.signals import Interrupted
 from ddsweep.store import (
     LEGACY_PREFLIGHTS,
     MANIFEST,

@@ -386,7 +386,7 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
     named: list[str] = []  # why run-point signalled itself: its workflow is gone
     benchmarking = threading.Event()
     previous = install_handlers(received, cause, lambda: [started.terminate() for started in live], named,
-                                        benchmarking)
+                                benchmarking)
     if left is not None:
         signal.setitimer(signal.ITIMER_REAL, max(1.0, left - time_limit_lead_s))
     watch = _watch_workflow(named, progress)

@@ -18,10 +18,8 @@ class Interrupted(KeyboardInterrupt):
     callbacks) handles it alike."""
 
 
-
-def install_handlers(received: list[str], time_limit: str = "",
-                             on_signal: Callable[[], None] | None = None, named: list[str] | None = None,
-                             benchmarking: threading.Event | None = None) -> dict:
+def install_handlers(received: list[str], time_limit: str = "", on_signal: Callable[[], None] | None = None,
+                     named: list[str] | None = None, benchmarking: threading.Event | None = None) -> dict:
     """Turn SIGTERM/SIGINT/SIGHUP, and SIGALRM (the alarm set before the job's time limit, named `time_limit`),
     into an Interrupted exception so the server is always stopped; `received` keeps the cause. A signal may reach
     run-point alone (the alarm, a `kill` of run-point, the SIGTERM run-point sends itself when its workflow is gone,
@@ -44,13 +42,13 @@ def install_handlers(received: list[str], time_limit: str = "",
             raise Interrupted(cause)
         with contextlib.suppress(RuntimeError):  # no loop runs yet, or any more: the step ends on its own
             loop = asyncio.get_running_loop()
-            loop.call_soon_threadsafe(cancel_every_task, loop)
+            loop.call_soon_threadsafe(_cancel_every_task, loop)
 
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM)}
 
 
-def cancel_every_task(loop: asyncio.AbstractEventLoop) -> None:
+def _cancel_every_task(loop: asyncio.AbstractEventLoop) -> None:
     """Cancel every task of `loop`, and again in 0.1 s, until the loop stops running them."""
     for task in asyncio.all_tasks(loop):
         task.cancel()
-    loop.call_later(0.1, cancel_every_task, loop)
+    loop.call_later(0.1, _cancel_every_task, loop)

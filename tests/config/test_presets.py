@@ -7,6 +7,7 @@ import pytest
 import yaml
 from conftest import ROOT, demo_config
 
+from ddsweep.config.knobs import effective_tree
 from ddsweep.config.presets import library_builds, library_presets
 from ddsweep.config.records import point_record
 from ddsweep.config.study import ConfigError, expand_points, merge_config, validate_config
@@ -71,6 +72,21 @@ def test_derived_placeholders_render_standalone_flags_from_the_knobs():
     assert flags["--speculative-eagle-topk"] == "1"
     assert flags["--speculative-draft-model-path"] == config["target"]["model_path"]  # the target drafts itself
     assert spec.expected_server_args["speculative_num_draft_tokens"] == 5
+
+
+@pytest.mark.parametrize(("budget", "topk", "steps", "tokens"), [(2, 1, 2, 3), (8, 1, 4, 5), (8, 2, 4, 9)])
+def test_standalone_flags_at_topk_1_are_a_chain_of_the_budget_as_sglang_verifies_it(budget, topk, steps, tokens):
+    # SGLang verifies num_steps + 1 tokens at top-k 1 whatever --speculative-num-draft-tokens asks: the budget
+    # sets the chain's length there, up to block_size - 1
+    config = demo_config(sweep={"points": [{"preset": "standalone", "budget": budget, "topk": topk,
+                                            "block_size": 5}]})
+    point = next(p for p in expand_points(config) if p.preset == "standalone")
+    spec = render_server(point_record(config, point), 30000)
+    flags = dict(zip(spec.command, spec.command[1:], strict=False))
+    assert (flags["--speculative-num-steps"], flags["--speculative-num-draft-tokens"]) == (str(steps), str(tokens))
+    assert spec.expected_server_args["speculative_num_draft_tokens"] == tokens
+    tree = effective_tree(config["engine"]["presets"]["standalone"], point.knobs)
+    assert tree.verify_width == tokens and tree.nodes == (steps if topk == 1 else budget)
 
 
 def test_a_derived_placeholder_may_not_shadow_a_knob():

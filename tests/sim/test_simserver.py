@@ -167,6 +167,18 @@ def test_unknown_flags_and_ignore_knob_reports_default() -> None:
     assert settings.server_args["tp_size"] == 8
 
 
+@pytest.mark.parametrize(("steps", "topk", "tokens", "resolved"), [(4, 1, 9, 5), (2, 1, 3, 3), (4, 2, 9, 9)])
+def test_standalone_at_topk_1_verifies_num_steps_plus_1_tokens_as_sglang_resolves_it(steps: int, topk: int,
+                                                                                    tokens: int, resolved: int) -> None:
+    # SGLang's _handle_eagle_family: a top-k 1 draft is a chain of num_steps tokens, whatever was asked
+    args, rest = build_parser().parse_known_args(
+        ["--model-path", "m", "--speculative-algorithm", "STANDALONE", "--speculative-num-steps", str(steps),
+         "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(tokens)])
+    settings = build_settings(args, parse_unknown(rest), {})
+    assert settings.server_args["speculative_num_draft_tokens"] == resolved
+    assert settings.knobs.budget == resolved - 1 and settings.knobs.block_size == steps + 1
+
+
 def test_launch_noise_scales_step_time_per_launch_reproducibly_from_its_seed() -> None:
     def step_ms(*extra: str) -> float:
         args, rest = build_parser().parse_known_args(["--model-path", "m", "--sim-step-ms", "4", *extra])

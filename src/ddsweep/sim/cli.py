@@ -177,7 +177,8 @@ def resolve_args(args: argparse.Namespace, unknown: dict[str, Any]) -> dict[str,
 
     `_handle_dflash` (arg_groups/speculative_hook.py) sets `speculative_num_draft_tokens` from
     `--speculative-dflash-block-size` and rejects the two when they differ, or a draft window below the block
-    size, and sets `max_running_requests` to 48 when unset; `served_model_name` defaults to the model path."""
+    size, and sets `max_running_requests` to 48 when unset; `_handle_eagle_family` sets it to
+    `speculative_num_steps + 1` at top-k 1 (a chain); `served_model_name` defaults to the model path."""
     resolved = {k: v for k, v in vars(args).items() if not k.startswith("sim_")}
     for key, value in unknown.items():
         resolved.setdefault(key, value)
@@ -194,6 +195,12 @@ def resolve_args(args: argparse.Namespace, unknown: dict[str, Any]) -> dict[str,
         if algo == "NGRAM":  # _handle_ngram: top-k is the BFS breadth, 12 draft tokens when unset
             resolved["speculative_eagle_topk"] = resolved.get("speculative_ngram_max_bfs_breadth")
             resolved["speculative_num_draft_tokens"] = tokens or 12
+        steps = resolved.get("speculative_num_steps")
+        if algo == "STANDALONE" and resolved.get("speculative_eagle_topk") == 1 and steps is not None \
+                and tokens != steps + 1:
+            log("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                "speculative_eagle_topk == 1 [simulated]")
+            resolved["speculative_num_draft_tokens"] = steps + 1
         _spec_admission(resolved)
     if algo in ("DFLASH", "DDTREE"):
         if block is not None and tokens is not None and int(block) != int(tokens):

@@ -204,7 +204,8 @@ def test_the_expected_confirmation_counts_race_keep_per_priority_running_the_lat
 def test_the_stage_estimates_count_every_screening_cell_and_warmup_as_at_least_its_window():
     def screen_min(window_s: float, warmup_s: float = 0.0) -> float:
         config = demo_config(sweep={"strategy": "adaptive"},
-                             benchmark={"min_window_s": window_s, "warmup_window_s": warmup_s},
+                             benchmark={"min_window_s": window_s, "max_window_s": max(window_s, 0.5),
+                                        "warmup_window_s": warmup_s},
                              resources={"estimate": {"startup_min": 1.0, "cell_min": 0.01, "coding_min": 0.0}})
         return stage_estimates(config)["screen"]["worst_min"] / stage_estimates(config)["screen"]["points"]
 

@@ -14,6 +14,7 @@ from ddsweep.config.records import point_record
 from ddsweep.config.study import (
     ConfigError,
     Point,
+    empty_grid,
     expand_points,
     find_point,
     load_config,
@@ -157,7 +158,13 @@ BROKEN = [
     ("sweep.constraints", ["topk <= budget +"], "sweep.constraints[0]: not a valid expression"),
     ("sweep.constraints", ["__import__('os')"], "sweep.constraints[0]: Call is not allowed"),
     ("sweep.constraints", ["depth > 2"], "sweep.constraints[0]: unknown name 'depth'"),
-    ("sweep.preset", "nosuch", "sweep.grid.preset: unknown preset 'nosuch'"),
+    ("sweep.preset", "nosuch", "sweep.preset: unknown preset 'nosuch'"),
+    ("baselines.ar_preset", "nosuch", "baselines.ar_preset: unknown preset 'nosuch'"),
+    ("benchmark.contexts", [128, 128, 2048], "benchmark.contexts: [128, 128, 2048] has non-unique elements"),
+    ("benchmark.workloads", [{"name": "c", "kind": "coding", "concurrency": [0]}],
+     "benchmark.workloads[0].concurrency[0]: 0 is less than the minimum of 1"),
+    ("benchmark.min_window_s", 500, "benchmark.min_window_s: 500 s is longer than benchmark.max_window_s"),
+    ("analysis.priorities", {"fast": {"latency": 0}}, "analysis.priorities.fast: weighs no regime"),
     ("sweep.points", [{"preset": "ddtree", "budget": 8, "topk": 4, "block_size": 8, "window": 2048}],
      "sweep.points[0]: duplicate point 'bs8-b8-t4-w2048'"),
     ("sweep.points", [{"preset": "ddtree", "budget": 8, "block_size": 8}],
@@ -182,6 +189,8 @@ BROKEN = [
     ("coding_eval.limit", 500, "coding_eval.limit: 500 exceeds the 164"),
     ("coding_eval.retry_truncated_max_tokens", 100, "coding_eval.retry_truncated_max_tokens: 100 must be larger"),
     ("coding_eval.task_ids", ["MBPP/1"], "coding_eval.task_ids[0]"),
+    ("coding_eval.task_ids", ["HumanEval/3", "HumanEval/164"], "coding_eval.task_ids: unknown HumanEval task id(s) "
+     "'HumanEval/164'"),
     ("baselines.dflash.preset", "nosuch", "baselines.dflash.preset: unknown preset 'nosuch'"),
 ]
 
@@ -212,8 +221,16 @@ def test_grid_window_smaller_than_block_size_is_rejected_when_no_constraint_remo
         validate_config(broken)
 
 
+def test_constraints_that_remove_the_whole_grid_are_a_warning_and_the_other_points_run(study):
+    config = validate_config(_set(study, "sweep.constraints", ["budget > 100"]))
+    assert empty_grid(config) == ["sweep.constraints: budget > 100 removes every combination of sweep.grid; only "
+                                  "the baselines and sweep.points run"]
+    assert empty_grid(validate_config(study)) == []
+    assert {p.preset for p in expand_points(config)} == {"ar", "dflash", "dflash-nooverlap"}
+
+
 def test_empty_sweep_is_rejected(study):
-    broken = _set(_set(study, "sweep.constraints", ["budget > 100"]), "baselines", {"ar": False, "dflash": None})
+    broken = _set(_set(study, "sweep.grid", _DELETE), "baselines", {"ar": False, "dflash": None})
     with pytest.raises(ConfigError, match="sweep expands to no points"):
         validate_config(broken)
 

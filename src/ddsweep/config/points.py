@@ -54,12 +54,13 @@ def compile_constraint(expression: str, where: str) -> Any:
         raise ConfigError(str(exc)) from exc
 
 
-def make_point(config: dict, spec: Mapping[str, Any], where: str) -> Point:
-    """Build a Point from a mapping of preset and knobs, checking the knobs fit the preset's kind."""
+def make_point(config: dict, spec: Mapping[str, Any], where: str, preset_key: str | None = None) -> Point:
+    """Build a Point from a mapping of preset and knobs, checking the knobs fit the preset's kind; `preset_key`
+    names the key the preset came from when it is not `where`'s own `preset`."""
     preset_name = spec["preset"]
     presets = config["engine"]["presets"]
     if preset_name not in presets:
-        raise ConfigError(f"{where}.preset: unknown preset {preset_name!r}; "
+        raise ConfigError(f"{preset_key or where + '.preset'}: unknown preset {preset_name!r}; "
                           f"defined in engine.presets: {', '.join(presets)}")
     kind = presets[preset_name]["kind"]
     used = KIND_KNOBS[kind]
@@ -80,28 +81,35 @@ def make_point(config: dict, spec: Mapping[str, Any], where: str) -> Point:
     return Point(preset=preset_name, kind=kind, **values)
 
 
+def grid_combinations(sweep: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The knob values of every combination of `sweep.grid` that the constraints keep, in grid order."""
+    grid = sweep.get("grid")
+    if not grid:
+        return []
+    constraints = [compile_constraint(c, f"sweep.constraints[{i}]") for i, c in enumerate(sweep["constraints"])]
+    combinations = (dict(zip(KNOBS, values, strict=True))
+                    for values in itertools.product(grid["budget"], grid["topk"], grid["block_size"], grid["window"]))
+    return [knobs for knobs in combinations if all(evaluate(code, knobs) for code in constraints)]
+
+
 def expand_points(config: dict) -> list[Point]:
     """Expand baselines, the grid (filtered by constraints) and explicit points, in that order."""
     points: list[tuple[Point, str]] = []
     baselines = config["baselines"]
     if baselines["ar"]:
-        points.append((make_point(config, {"preset": baselines["ar_preset"]}, "baselines.ar"), "baselines.ar"))
+        ar = make_point(config, {"preset": baselines["ar_preset"]}, "baselines.ar", "baselines.ar_preset")
+        points.append((ar, "baselines.ar"))
     dflash = baselines.get("dflash")
     if dflash:
         presets = [dflash["preset"], *([dflash["no_overlap_preset"]] if dflash.get("no_overlap_preset") else [])]
         for preset, bs, window in itertools.product(presets, dflash["block_size"], dflash["window"]):
             where = "baselines.dflash" + (".no_overlap_preset" if preset != dflash["preset"] else "")
             spec = {"preset": preset, "block_size": bs, "window": window}
-            points.append((make_point(config, spec, where), where))
+            points.append((make_point(config, spec, where, where if preset != dflash["preset"] else None), where))
     sweep = config["sweep"]
-    grid = sweep.get("grid")
-    if grid:
-        constraints = [compile_constraint(c, f"sweep.constraints[{i}]") for i, c in enumerate(sweep["constraints"])]
-        for values in itertools.product(grid["budget"], grid["topk"], grid["block_size"], grid["window"]):
-            knobs = dict(zip(KNOBS, values, strict=True))
-            if all(evaluate(code, knobs) for code in constraints):
-                spec = {"preset": sweep["preset"], **knobs}
-                points.append((make_point(config, spec, "sweep.grid"), "sweep.grid"))
+    for knobs in grid_combinations(sweep):
+        spec = {"preset": sweep["preset"], **knobs}
+        points.append((make_point(config, spec, "sweep.grid", "sweep.preset"), "sweep.grid"))
     for i, spec in enumerate(sweep["points"]):
         points.append((make_point(config, spec, f"sweep.points[{i}]"), f"sweep.points[{i}]"))
     seen: dict[str, str] = {}

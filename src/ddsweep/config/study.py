@@ -26,7 +26,7 @@ from ddsweep.config.knobs import (
     unverified_knobs,
 )
 from ddsweep.config.plan import plan_points
-from ddsweep.config.points import ConfigError, Point, compile_constraint, expand_points
+from ddsweep.config.points import ConfigError, Point, compile_constraint, expand_points, grid_combinations
 from ddsweep.config.presets import PresetLibraryError, with_library
 from ddsweep.figures import METRICS
 from ddsweep.storage import write_text_atomic
@@ -78,7 +78,7 @@ def validate_config(raw: Mapping[str, Any]) -> dict:
         except PresetLibraryError as exc:
             raise ConfigError(f"preset library: {exc}") from exc
     schema = load_schema()
-    errors = _DefaultFillingValidator(schema).errors(config)
+    errors = [_innermost(e) for e in _DefaultFillingValidator(schema).errors(config)]
     if errors:
         lines = [f"{_key_path(e.absolute_path)}: {_describe_schema_error(e)}" for e in errors[:10]]
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
@@ -95,6 +95,15 @@ def validate_config(raw: Mapping[str, Any]) -> dict:
         raise ConfigError("sweep: the sweep expands to no points (empty grid, constraints remove every point, "
                           "and no baselines); nothing would run")
     return config
+
+
+def _innermost(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """For a value that matches none of a key's alternatives (oneOf, anyOf), the error of the alternative that got
+    furthest into the value, which names the rule broken (`[0]`: "0 is less than the minimum of 1", not "[0] is
+    not of type 'null'")."""
+    if error.validator in ("oneOf", "anyOf") and error.context:
+        return _innermost(max(error.context, key=lambda e: (len(e.absolute_path), e.validator != "type")))
+    return error
 
 
 def _describe_schema_error(error: jsonschema.ValidationError) -> str:
@@ -246,6 +255,9 @@ def _check_analysis(config: dict) -> None:
     if len(set(names)) != len(names):
         raise ConfigError("analysis.regimes: regime names must be unique")
     for priority, weights in analysis.get("priorities", {}).items():
+        if not any(weight > 0 for regime, weight in weights.items() if regime not in ("slo", "slo_cell")):
+            raise ConfigError(f"analysis.priorities.{priority}: weighs no regime (every weight is 0 or none is "
+                              "given); a priority ranks points by the regimes it weighs")
         cell = weights.get("slo_cell")
         if cell and (cell["context"] not in bench["contexts"] or cell["concurrency"] not in bench["concurrency"]):
             raise ConfigError(f"analysis.priorities.{priority}.slo_cell: context {cell['context']}, concurrency "
@@ -280,8 +292,12 @@ def _check_resources(config: dict) -> None:
 
 
 def _check_stall(config: dict) -> None:
-    """A hang must be named before every silent request times out: the stall timeout below the request timeout."""
+    """A hang must be named before every silent request times out: the stall timeout below the request timeout;
+    a cell's window must fit under its cap."""
     bench = config["benchmark"]
+    if bench["min_window_s"] > bench["max_window_s"]:
+        raise ConfigError(f"benchmark.min_window_s: {bench['min_window_s']:g} s is longer than "
+                          f"benchmark.max_window_s ({bench['max_window_s']:g} s), the cap of a cell's window")
     stall, request = bench["stall_timeout_s"], bench["request_timeout_s"]
     if stall is not None and stall >= request:
         raise ConfigError(f"benchmark.stall_timeout_s: {stall:g} s is not shorter than benchmark.request_timeout_s "
@@ -294,6 +310,11 @@ def _check_coding(config: dict) -> None:
     coding = config["coding_eval"]
     if coding["limit"] and coding["limit"] > CODING_PROBLEMS:
         raise ConfigError(f"coding_eval.limit: {coding['limit']} exceeds the {CODING_PROBLEMS} HumanEval problems")
+    known = {f"HumanEval/{n}" for n in range(CODING_PROBLEMS)}
+    unknown = [task for task in coding.get("task_ids") or [] if task not in known]
+    if unknown:
+        raise ConfigError(f"coding_eval.task_ids: unknown HumanEval task id(s) {', '.join(map(repr, unknown))}; "
+                          f"the ids are HumanEval/0 to HumanEval/{CODING_PROBLEMS - 1}")
     retry = coding["retry_truncated_max_tokens"]
     if retry is not None and retry <= coding["max_tokens"]:
         raise ConfigError(f"coding_eval.retry_truncated_max_tokens: {retry} must be larger than "
@@ -372,6 +393,16 @@ def unverified_swept_knobs(config: dict) -> list[str]:
     return warnings
 
 
+def empty_grid(config: dict) -> list[str]:
+    """A warning when the constraints remove every combination of the grid: only the baselines and the explicit
+    points run (on purpose where a study sets a constraint no combination meets, by mistake elsewhere)."""
+    sweep = config["sweep"]
+    if not sweep.get("grid") or grid_combinations(sweep):
+        return []
+    return [f"sweep.constraints: {' and '.join(sweep['constraints'])} removes every combination of sweep.grid; "
+            "only the baselines and sweep.points run"]
+
+
 def _run_validate(args: argparse.Namespace) -> int:
     """`ddsweep validate`: check the configuration Snakemake would run (the files given merged over the
     workflow's config/config.yaml, as `--configfile` merges them), say so, and optionally write it out."""
@@ -389,7 +420,7 @@ def _run_validate(args: argparse.Namespace) -> int:
         return 2
     if args.write:
         write_text_atomic(args.write, yaml.safe_dump(config, sort_keys=False))
-    for warning in unverified_swept_knobs(config):
+    for warning in [*unverified_swept_knobs(config), *empty_grid(config)]:
         print(f"ddsweep validate: warning: {warning}", file=sys.stderr)
     checked = f" ({' merged with '.join(files)})" if len(files) > 1 else ""
     print(f"configuration OK: study {config['study']!r}, {len(expand_points(config))} points{checked}")

@@ -69,6 +69,11 @@ def build_app() -> tuple[object, list[tuple[str, int]]]:
         return JSONResponse({"error": {"message": "Either text, input_ids or input_embeds should be provided."}},
                             status_code=400)
 
+    @app.post("/object-error/generate")
+    async def object_error() -> JSONResponse:  # SGLang's HTTPException handler (ErrorResponse)
+        return JSONResponse({"object": "error", "message": "Server is not ready", "type": "503", "code": 503},
+                            status_code=503)
+
     return app, peers
 
 
@@ -132,6 +137,12 @@ def test_error_body_is_reported_with_status_and_message(served) -> None:
     error, after = _requests(base, ["/error", ""])
     assert error.error.startswith("HTTP 400") and "input_embeds should be provided" in error.error
     assert after.error is None and len({port for _, port in peers}) == 1  # a complete error body keeps the connection
+
+
+def test_sglangs_error_response_body_is_reported_by_its_message(served) -> None:
+    base, _ = served
+    (error,) = _requests(base, ["/object-error"])
+    assert error.error == "HTTP 503: Server is not ready"
 
 
 def test_stream_cut_mid_event_is_an_error_with_the_tokens_seen(served) -> None:

@@ -1,6 +1,7 @@
 """A hung server named in seconds: when no token has arrived for `benchmark.stall_timeout_s` while requests are in
-flight, the cell probes the server with a one-token generation, as SGLang's `/health_generate` does (`/health`
-can still answer while generation hangs); a probe that gets nothing either ends the cell as a hang.
+flight, the cell probes the server with a one-token generation, as SGLang's `/health_generate` does (its `/health`
+does too in 0.5.23, unless SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION is off: then it answers while generation
+hangs); a probe that gets nothing either ends the cell as a hang.
 
 A server that streams slowly is never probed: any token of any in-flight request, or a request that ends with the
 server's answer (an error included), counts as a sign of life. A probe that is answered is recorded with the cell

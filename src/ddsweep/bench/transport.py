@@ -48,11 +48,11 @@ def chunk_tokens(data: bytes) -> int | None:
 
 def stream_error(data: bytes) -> str | None:
     """The message of an error event SGLang streams in place of a chunk (`{"error": {"message": ...}}`, sent when
-    a streamed request is refused, e.g. a prompt past the context length) or of an error answer's body (also
-    `{"detail": ...}`), else None."""
+    a streamed request is refused, e.g. a prompt past the context length) or of an error answer's body: SGLang's
+    `{"object": "error", "message": ...}` (its HTTPException handler), FastAPI's `{"detail": ...}`; else None."""
     try:
         doc = json.loads(data)
-        error = doc.get("error") or doc.get("detail")  # FastAPI's HTTPException answers {"detail": ...}
+        error = doc.get("error") or doc.get("detail") or (doc.get("message") if doc.get("object") == "error" else None)
     except (ValueError, AttributeError):
         return None
     if isinstance(error, dict):

@@ -348,13 +348,15 @@ def stalls(records: Sequence[Record], factor: float = STALL_FACTOR, floor_s: flo
 def saturation(records: Sequence[Record]) -> dict[str, Any]:
     """Whether every verify step of a cell accepted the same, largest number K >= 2 of tokens (all drafts accepted,
     e.g. NGRAM on prompts its shared n-gram store has seen, or a drafter identical to the target): each request
-    took the fewest verify steps K tokens per step allow (ceil(completion / K)). K is the largest token count
-    one streamed chunk brought after the first. Such an acceptance measures the verify width, not the drafter."""
+    took the fewest verify steps K tokens per step allow (ceil(completion / K)). K is the smallest token count a
+    streamed chunk brought between a request's first and last chunk (the last step may be cut short), and every
+    such chunk must bring a multiple of it: SGLang streams only the latest of the outputs queued since its last
+    event, so one chunk can carry several steps. Such an acceptance measures the verify width, not the drafter."""
     verified = [r for r in records if not failed(r) and r.get("spec_verify_ct") and r.get("completion_tokens")]
     steps = sum(r["spec_verify_ct"] for r in verified)
-    per_chunk = [n for r in verified for _, n in request_times(r).arrivals[1:]]
-    k = max(per_chunk, default=0)
-    saturated = (k >= 2 and steps >= MIN_SATURATION_STEPS
+    per_chunk = [n for r in verified for _, n in request_times(r).arrivals[1:-1]]
+    k = min(per_chunk, default=0)
+    saturated = (k >= 2 and steps >= MIN_SATURATION_STEPS and all(n % k == 0 for n in per_chunk)
                  and all(r["spec_verify_ct"] <= math.ceil(r["completion_tokens"] / k) for r in verified))
     reason = (f"every verify step accepted all {k} tokens (acceptance {acceptance_length(records):.2f} over "
               f"{steps} steps): all drafts accepted, as with a workload the server has seen under NGRAM or a drafter "

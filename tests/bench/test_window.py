@@ -139,6 +139,14 @@ def test_saturation_allows_a_partial_last_step_but_not_one_partial_step_in_the_m
     assert not figures.saturation([_record(0, 0.01, [1, 4, 4], verify=2)])["saturated"]  # too few steps to tell
 
 
+def test_saturation_is_found_where_one_chunk_carried_several_steps_and_not_where_steps_differ() -> None:
+    # SGLang streams the latest of the outputs queued since its last event: 8 is two steps of 4
+    coalesced = [_record(i, 0.01, [1, 4, 8, 4, 2], verify=5) for i in range(3)]  # 19 tokens: ceil(19 / 4) = 5
+    assert figures.saturation(coalesced)["saturated"] and figures.saturation(coalesced)["tokens_per_step"] == 4
+    uneven = [_record(i, 0.01, [1, 4, 6, 4, 2], verify=5) for i in range(3)]  # a step of 2 inside the 6
+    assert not figures.saturation(uneven)["saturated"]
+
+
 def test_spread_and_prebuilt_prompts() -> None:
     assert figures.spread([100.0, 110.0, 90.0]) == pytest.approx(0.2)
     assert figures.spread([5.0]) is None

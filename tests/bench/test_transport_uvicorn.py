@@ -24,7 +24,7 @@ TOKENS = 12
 
 def _event(tokens: int, verify: int, done: bool = False) -> bytes:
     meta = {"prompt_tokens": 7, "completion_tokens": tokens, "spec_verify_ct": verify,
-            "finish_reason": {"type": "length", "length": TOKENS} if done else None}
+            "finish_reason": {"type": "length", "length": tokens} if done else None}
     return b"data: " + json.dumps({"text": "x" * tokens, "meta_info": meta}).encode() + b"\n\n"
 
 
@@ -33,10 +33,10 @@ def build_app() -> tuple[object, list[tuple[str, int]]]:
     app = fastapi.FastAPI()
     peers: list[tuple[str, int]] = []
 
-    async def events(first_delay: float = 0.0, cut: bool = False) -> AsyncIterator[bytes]:
+    async def events(first_delay: float = 0.0, cut: bool = False, steps: int = 3) -> AsyncIterator[bytes]:
         await asyncio.sleep(first_delay)
-        for step in range(1, 4):
-            yield _event(4 * step, step, done=step == 3)
+        for step in range(1, steps + 1):
+            yield _event(4 * step, step, done=step == steps)
             if cut and step == 2:
                 yield b'data: {"text": "xxxxxxxx", "meta_'  # half an event, then the connection drops
                 raise RuntimeError("simulated crash mid-stream")
@@ -55,6 +55,10 @@ def build_app() -> tuple[object, list[tuple[str, int]]]:
     @app.post("/close/generate")
     async def close() -> StreamingResponse:
         return StreamingResponse(events(), media_type="text/event-stream", headers={"Connection": "close"})
+
+    @app.post("/capped/generate")
+    async def capped() -> StreamingResponse:  # SGLang lowered max_new_tokens (e.g. to fit the context length)
+        return StreamingResponse(events(steps=2), media_type="text/event-stream")
 
     @app.post("/slow/generate")
     async def slow() -> StreamingResponse:
@@ -137,6 +141,14 @@ def test_error_body_is_reported_with_status_and_message(served) -> None:
     error, after = _requests(base, ["/error", ""])
     assert error.error.startswith("HTTP 400") and "input_embeds should be provided" in error.error
     assert after.error is None and len({port for _, port in peers}) == 1  # a complete error body keeps the connection
+
+
+def test_a_request_the_server_ended_by_length_short_of_the_tokens_asked_fails_naming_both(served) -> None:
+    base, _ = served
+    capped, full = _requests(base, ["/capped", ""])
+    assert capped.error.startswith("the server stopped the request at 8 of the 12 new tokens asked")
+    assert capped.completion_tokens == 8 and capped.finish_reason == "length"  # what it measured stays recorded
+    assert full.error is None and full.completion_tokens == TOKENS
 
 
 def test_sglangs_error_response_body_is_reported_by_its_message(served) -> None:

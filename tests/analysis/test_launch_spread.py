@@ -45,9 +45,30 @@ def _launched(tmp_path: Path, ids: list[str]) -> Path:
     return tmp_path
 
 
+def test_the_spread_counts_launches_not_the_repeats_that_share_one(tmp_path):
+    # two launches per point, the first with two repeats (the grid's 3-repeat split): the repeats of one launch
+    # share its launch effect, so they are one launch figure, not two
+    points = [TruePoint(f"bs8-b{b}-t4-w2048", budget=b, decode=100.0 + b) for b in (4, 8, 12, 16)]
+    rng = random.Random(3)
+    effects = {(p.point_id, k): rng.gauss(0, 0.05) for p in points for k in (0, 1)}
+    results = build(points, 0, noise=0.0, shared=0.0)
+    launch = results.cells["repeat"].map({0: 0, 1: 0, 2: 1})
+    results.cells["launch"] = launch
+    factor = [math.exp(effects[(pid, k)]) for pid, k in zip(results.cells["point_id"], launch, strict=True)]
+    for column in ("decode_tok_s_median", "output_throughput_tok_s"):
+        results.cells[column] = results.cells[column] * factor
+    decisions = analyse(results, Settings.from_config(copy.deepcopy(REGIMES_CONFIG)))
+    latency = next(s for s in spread_block(decisions, _launched(tmp_path, [p.point_id for p in points]))["spreads"]
+                   if s["regime"] == "latency")
+    assert latency["df"] == 4 and latency["points"] == 4  # one per point: 2 launches, not 3 repeats
+    expected = math.sqrt(sum((effects[(p.point_id, 0)] - effects[(p.point_id, 1)]) ** 2 / 2 for p in points) / 4)
+    assert math.isclose(latency["sd"], expected, rel_tol=1e-6)
+
+
 def test_an_adaptive_study_is_warned_when_its_assumed_launch_cv_was_optimistic(tmp_path):
     points = [TruePoint(f"bs8-b{b}-t4-w2048", budget=b, decode=100.0 + b) for b in (4, 8, 12, 16)]
     results = build(points, 0, noise=0.08, shared=0.0)  # 8% between launches, one repeat each
+    results.cells["launch"] = results.cells["repeat"]
     config = copy.deepcopy(REGIMES_CONFIG)
     config["sweep"] = {"strategy": "adaptive", "screen": {"launch_cv": 0.01}}
     decisions = analyse(results, Settings.from_config(config))

@@ -1,10 +1,12 @@
 """The measured launch-to-launch spread: how much one server launch's figure differs from another's of the same
-point, pooled over the study's points that ran in two or more launches (an adaptive study's confirmation
-launches, merged by `ddsweep merge-launches`; launch k is repeat k of the merged point).
+point, pooled over the study's points that ran in two or more launches (a grid study's `sweep.launches`, an
+adaptive study's confirmation launches; launches.json maps each repeat to its launch).
 
-Per regime cell, the spread is the pooled standard deviation of the per-launch log figures around each point's
-mean (so a relative standard deviation), with Σ(launches − 1) degrees of freedom and a chi-square interval. It
-contains the within-launch noise of one launch's figure as well, so it bounds the launch variation from above.
+Per regime cell, the spread is the pooled standard deviation of the launch figures (each the mean log figure of
+the launch's repeats) around each point's mean (so a relative standard deviation), with Σ(launches − 1) degrees of
+freedom and a chi-square interval. A launch is the unit, not a repeat: repeats of one launch share its launch
+effect. The spread contains the within-launch noise of one launch's figure as well, so it bounds the launch
+variation from above.
 An adaptive study compares it with the launch variation its screening assumed (`sweep.screen.launch_cv`)."""
 
 from __future__ import annotations
@@ -76,12 +78,13 @@ def measured_spreads(decisions: Decisions, launched: list[str]) -> list[Spread]:
     out = []
     for outcome in decisions.regimes:
         resolved = outcome.resolved
-        found = pooled_spread({pid: resolved.repeats.get(pid, {}) for pid in ids}, decisions.settings.confidence)
+        per_launch = {pid: {k: math.exp(log) for k, log in resolved.launches.get(pid, {}).items()} for pid in ids}
+        found = pooled_spread(per_launch, decisions.settings.confidence)
         if found is None:
             continue
         sd, low, high, df = found
         out.append(Spread(resolved.regime.name, resolved.regime.metric, resolved.cell(), sd, low, high, df,
-                          sum(len(resolved.repeats.get(pid, {})) >= 2 for pid in ids), decisions.settings.confidence))
+                          sum(len(launches) >= 2 for launches in per_launch.values()), decisions.settings.confidence))
     return out
 
 

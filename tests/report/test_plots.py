@@ -85,3 +85,17 @@ def test_missing_data_still_writes_every_file(tmp_path: Path) -> None:
     for path in paths.values():
         assert path.read_bytes()[:8] == PNG_MAGIC
     assert not list((tmp_path / "plots").glob(".*"))
+
+
+@pytest.mark.parametrize("name", ["throughput_vs_concurrency", "decode_speed_by_point"])
+def test_interval_bars_are_labelled_with_the_studys_confidence(name: str, tmp_path: Path) -> None:
+    spec = drafter_bound_set()
+    results = load_results(write_results(spec, tmp_path), confidence=0.9)
+    decisions = analyse(results, Settings.from_config(spec.config))
+    fig = PLOTS[name](PlotData(results, {o.resolved.regime.name: o.resolved for o in decisions.regimes},
+                               decisions.pareto, decisions.lossless))
+    try:
+        text = figure_texts(fig)
+        assert "90% CI" in text and "95% CI" not in text
+    finally:
+        plt.close(fig)

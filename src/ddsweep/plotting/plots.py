@@ -109,7 +109,7 @@ def throughput_vs_concurrency(data: PlotData) -> Figure:
         ax.set_xticks(concurrencies, [str(c) for c in concurrencies])
         ax.set_xlabel("concurrent requests (C)")
         ax.set_ylabel("aggregate output throughput (tok/s)")
-        ax.set_title(f"context {context} tokens (mean of repeats, 95% CI; baselines dashed)")
+        ax.set_title(f"context {context} tokens (mean of repeats, {data.results.confidence:.0%} CI; baselines dashed)")
         ax.grid(True, alpha=0.3)
     axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), title="point")
     fig.tight_layout(rect=(0, 0.03, 1, 0.95))
@@ -133,7 +133,7 @@ def decode_speed_by_point(data: PlotData) -> Figure:
         ax.set_xticks(range(len(at)), at["point_id"], rotation=60, ha="right", fontsize=8)
         ax.set_ylabel("decode speed per request (tok/s)")
         ax.set_xlabel("sweep point (grey: baselines)")
-        ax.set_title(f"context {context} tokens, C={lowest} (mean of repeats, bars = 95% CI)")
+        ax.set_title(f"context {context} tokens, C={lowest} (mean of repeats, bars = {data.results.confidence:.0%} CI)")
         ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout(rect=(0, 0.03, 1, 0.95))
     return fig

@@ -8,6 +8,7 @@ import pytest
 from studies import REGIMES_CONFIG, TruePoint, build
 
 from ddsweep.analysis.decisions import Settings, analyse
+from ddsweep.analysis.launch_model import launch_intervals
 from ddsweep.findings.summary import build_outcome
 
 SEEDS = range(100)
@@ -183,6 +184,28 @@ def test_slo_pick_is_the_best_point_meeting_every_limit_and_failures_are_named()
     # The failing point's slowest requests miss the limit: its goodput is below its throughput.
     slow = pick.goodput["fast-but-slow-start"]
     assert slow["goodput_requests_per_s"].value < slow["requests_per_s"].value
+
+
+def test_slo_and_goodput_intervals_rest_on_launches_where_points_ran_in_several() -> None:
+    # three repeats in two launches (2+1): the SLO check's interval is the printed figure's, from the launches
+    points = [TruePoint("bs8-b8-t4-w2048", decode=120.0, ttft_p99=1.0),
+              TruePoint("bs8-b4-t4-w2048", decode=100.0, ttft_p99=0.8)]
+    s = settings(priorities={"interactive": {"latency": 1.0, "slo": {"ttft_p99_s": 2.0},
+                                             "slo_cell": {"context": 128, "concurrency": 32}}})
+    results = build(points, 3)
+    results.cells["launch"] = results.cells["repeat"].map({0: 0, 1: 0, 2: 1})
+    pick = analyse(results, s).priority("interactive")
+    for pid in ("bs8-b8-t4-w2048", "bs8-b4-t4-w2048"):
+        check = pick.slo[pid][0].estimate
+        printed = launch_intervals(results.cells, {"ttft_p99_s": "ttft_p99_s"}, s.confidence)[(pid, 128, 32,
+                                                                                                "ttft_p99_s")]
+        assert (check.low, check.high) == printed[:2]
+        rate = pick.goodput[pid]["requests_per_s"]
+        assert (rate.low, rate.high) == launch_intervals(results.cells, {"r": "requests_per_s"},
+                                                         s.confidence)[(pid, 128, 32, "r")][:2]
+    within = build(points, 3)  # the same repeats in one launch: the interval of the repeats
+    assert pick.slo["bs8-b4-t4-w2048"][0].estimate.high != analyse(within, s).priority(
+        "interactive").slo["bs8-b4-t4-w2048"][0].estimate.high
 
 
 @pytest.mark.parametrize(("shift", "drifts"), [(1.08, True), (1.0, False)])

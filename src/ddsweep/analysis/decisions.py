@@ -17,7 +17,7 @@ import pandas as pd
 from ddsweep.analysis.coding_outcomes import LosslessResult, coding_stats, lossless_vs_ar
 from ddsweep.analysis.diagnosis import Confound, Diagnosis, confounds, diagnose
 from ddsweep.analysis.drift import ReferenceRuns
-from ddsweep.analysis.launch_model import launch_difference, pooled_variances
+from ddsweep.analysis.launch_model import launch_difference, point_estimates, pooled_variances
 from ddsweep.analysis.regimes import ResolvedRegime, resolve_regime
 from ddsweep.analysis.results import ResultSet, ar_point_id
 from ddsweep.analysis.settings import DEFAULT_REGIMES, Priority, Settings
@@ -217,15 +217,15 @@ def _scores(by_name: dict[str, ResolvedRegime], used: dict[str, float], candidat
 def _slo_checks(results: ResultSet, priority: Priority, cell: tuple[int, int], ids: list[str],
                 level: float) -> dict[str, list[SloCheck]]:
     """Each point against each limit at `cell`: meets (upper bound within), fails (lower bound above) or
-    uncertain."""
+    uncertain; the interval from the point's launches where it ran in two or more."""
     cells = results.cells
     at = cells[(cells["context"] == cell[0]) & (cells["concurrency"] == cell[1])]
+    estimates = {limit: point_estimates(at, limit, level) for limit in priority.slo}
     out: dict[str, list[SloCheck]] = {}
     for pid in ids:
-        rows = at[at["point_id"] == pid]
         checks = []
         for limit, bound in priority.slo.items():
-            est = mean_interval([float(v) for v in rows[limit] if pd.notna(v)], level)
+            est = estimates[limit].get(pid) or mean_interval([], level)
             if est.has_interval and est.high <= bound:
                 status = "meets"
             elif est.has_interval and est.low > bound:
@@ -239,25 +239,34 @@ def _slo_checks(results: ResultSet, priority: Priority, cell: tuple[int, int], i
 
 def _goodput(results: ResultSet, priority: Priority, cell: tuple[int, int], ids: list[str],
              level: float) -> dict[str, dict[str, Estimate]]:
-    """Per point: completed requests/s and goodput (requests/s whose own latencies meet every limit)."""
+    """Per point: completed requests/s and goodput (requests/s whose own latencies meet every limit), with
+    intervals from the point's launches where it ran in two or more."""
     cells, requests = results.cells, results.requests
     at = cells[(cells["context"] == cell[0]) & (cells["concurrency"] == cell[1])]
     req = requests[(requests["context"] == cell[0]) & (requests["concurrency"] == cell[1])]
+    rates = point_estimates(at, "requests_per_s", level)
+    goodput_rows, with_requests = [], set()
+    for pid in ids:
+        rows, mine = at[at["point_id"] == pid], req[req["point_id"] == pid]
+        if mine.empty:
+            continue
+        with_requests.add(pid)
+        good = mine["ok"].astype(bool)
+        for limit, bound in priority.slo.items():
+            column = mine[SLO_LIMITS[limit]]
+            good &= column.notna() & (column.astype(float) <= bound)
+        launches = rows["launch"] if "launch" in rows.columns else [None] * len(rows)
+        for rep, launch, wall in zip(rows["repeat"], launches, rows["wall_s"], strict=True):
+            if pd.notna(wall) and wall > 0:
+                goodput_rows.append({"point_id": pid, "context": cell[0], "concurrency": cell[1], "launch": launch,
+                                     "goodput": float(good[mine["repeat"] == rep].sum()) / float(wall)})
+    goodputs = point_estimates(pd.DataFrame(goodput_rows, columns=["point_id", "context", "concurrency", "launch",
+                                                                   "goodput"]), "goodput", level)
     out = {}
     for pid in ids:
-        rows = at[at["point_id"] == pid]
-        entry = {"requests_per_s": mean_interval([float(v) for v in rows["requests_per_s"] if pd.notna(v)], level)}
-        mine = req[req["point_id"] == pid]
-        if not mine.empty:
-            good = mine["ok"].astype(bool)
-            for limit, bound in priority.slo.items():
-                column = mine[SLO_LIMITS[limit]]
-                good &= column.notna() & (column.astype(float) <= bound)
-            per_repeat = []
-            for rep, wall in zip(rows["repeat"], rows["wall_s"], strict=True):
-                if pd.notna(wall) and wall > 0:
-                    per_repeat.append(float(good[mine["repeat"] == rep].sum()) / float(wall))
-            entry["goodput_requests_per_s"] = mean_interval(per_repeat, level)
+        entry = {"requests_per_s": rates.get(pid) or mean_interval([], level)}
+        if pid in with_requests:
+            entry["goodput_requests_per_s"] = goodputs.get(pid) or mean_interval([], level)
         out[pid] = entry
     return out
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ddsweep.analysis.statistics import LogDifference, t_quantile
+from ddsweep.analysis.statistics import Estimate, LogDifference, mean_interval, t_quantile
 
 
 def launch_figures(repeats: Mapping[int, float], launch_of: Mapping[int, int]) -> dict[int, float]:
@@ -102,6 +102,21 @@ def cell_launches(cells: pd.DataFrame, column: str) -> dict[str, dict[int, float
             continue
         out.setdefault(str(pid), {}).setdefault(int(launch), []).append(math.log(float(value)))
     return {pid: {k: sum(v) / len(v) for k, v in figs.items()} for pid, figs in out.items()}
+
+
+def point_estimates(at: pd.DataFrame, column: str, level: float) -> dict[str, Estimate]:
+    """Per point of one cell's rows: the mean of its repeats with its interval at `level`, from its launches (the
+    launch variance pooled over the cell's points, as `launch_intervals`) where it ran in two or more, else from
+    its repeats."""
+    by_launch = {key[0]: bounds for key, bounds in launch_intervals(at, {column: column}, level).items()}
+    out = {}
+    for pid, rows in at.groupby("point_id", sort=True):
+        estimate = mean_interval([float(v) for v in rows[column] if pd.notna(v)], level)
+        if pid in by_launch:
+            low, high, _ = by_launch[pid]
+            estimate = Estimate(estimate.value, low, high, estimate.n, level)
+        out[str(pid)] = estimate
+    return out
 
 
 def launch_intervals(cells: pd.DataFrame, columns: Mapping[str, str], level: float

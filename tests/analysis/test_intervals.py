@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
 import pytest
 from decision_checks import first_section
 from resultsets import drafter_bound_set, write_results
+from studies import REGIMES_CONFIG, TruePoint, build
 
+from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.commands.summarize import summarize
 from ddsweep.formatting import interval_meaningful, no_interval, ratio_dict_text
 
@@ -23,6 +26,29 @@ def test_an_interval_needs_three_samples_and_a_width_below_the_figure() -> None:
         "1.50× (n = 2; more repeats or launches are needed for an interval)")
     assert ratio_dict_text({"value": 1.5, "ci_low": 1.4, "ci_high": 1.6, "n": 3, "level": 0.95}) == (
         "1.50× (95% CI 1.40–1.60)")
+
+
+def test_a_ratio_of_two_launches_pooled_over_the_points_prints_its_interval() -> None:
+    # n = 2 launches per point, but the launch variance pooled over the study's points gives 9 degrees of freedom
+    launches = {"value": 1.5, "ci_low": 1.4, "ci_high": 1.6, "n": 2, "level": 0.95, "df": 9}
+    assert ratio_dict_text(launches) == "1.50× (95% CI 1.40–1.60)"
+    assert ratio_dict_text({**launches, "df": 1}) == (
+        "1.50× (n = 2; more repeats or launches are needed for an interval)")
+    assert interval_meaningful(2.0, 1.9, 2.1, 2, df=2) and not interval_meaningful(2.0, 1.9, 2.1, 5, df=1)
+
+
+def test_a_speed_up_between_points_run_in_two_launches_is_printed_with_its_interval() -> None:
+    points = [TruePoint("ar", decode=60.0, kind="ar", budget=None, topk=None, block_size=None, window=None,
+                        acceptance=None), TruePoint("bs8-b8-t4-w2048", decode=150.0),
+              TruePoint("bs8-b4-t4-w2048", decode=120.0)]
+    results = build(points, 1)
+    results.cells["launch"] = results.cells["repeat"].map({0: 0, 1: 0, 2: 1})  # the grid's 2+1 split
+    decisions = analyse(results, Settings.from_config(copy.deepcopy(REGIMES_CONFIG)))
+    latency = next(o for o in decisions.regimes if o.resolved.regime.name == "latency")
+    speedup = latency.resolved.difference("bs8-b8-t4-w2048", "ar").ratio(0.95)
+    assert speedup.n == 2 and speedup.df >= 2
+    assert ratio_dict_text(speedup.as_dict()).startswith("2.")  # about 150 / 60
+    assert "% CI" in ratio_dict_text(speedup.as_dict())
 
 
 @pytest.mark.slow

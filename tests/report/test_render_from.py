@@ -73,6 +73,15 @@ def test_a_summary_of_another_schema_is_refused_with_the_way_out(tmp_path: Path,
     assert not (tmp_path / "out" / "optimization_summary.md").exists()
 
 
+def without_keys(doc: object, *keys: str) -> object:
+    """`doc` with every mapping's `keys` left out, at any depth."""
+    if isinstance(doc, dict):
+        return {k: without_keys(v, *keys) for k, v in doc.items() if k not in keys}
+    if isinstance(doc, list):
+        return [without_keys(v, *keys) for v in doc]
+    return doc
+
+
 @pytest.mark.slow
 @pytest.mark.full("summarizes a GPU record's whole store again: 100 MB of request records, about 20 s")
 def test_the_gpu_records_store_summarized_again_renders_the_same_from_its_summary_json(tmp_path: Path,
@@ -97,5 +106,6 @@ def test_the_gpu_records_store_summarized_again_renders_the_same_from_its_summar
     result = summarize(Path("results"), Path("summarized"), config, plots=False)
     assert result.outcome.points.by_status == {"ok": 3} and not result.simulated
     again = json.loads(result.summary_json_path.read_text(encoding="utf-8"))
-    assert again["decision"] == committed["decision"]  # the decision the GPU machine wrote
+    # the decision the GPU machine wrote, less what later versions add to it: an interval's degrees of freedom
+    assert without_keys(again["decision"], "df") == committed["decision"]
     assert rendered_from(result.summary_json_path, Path("from-json")) == result.summary_path.read_bytes()

@@ -89,7 +89,7 @@ def chain_section(decisions: Decisions) -> dict[str, Any] | None:
 
     def ratio_text(row: dict[str, Any]) -> str:
         r = row["ratio"]
-        if not interval_meaningful(r["value"], r["ci_low"], r["ci_high"], r.get("n")):
+        if not interval_meaningful(r["value"], r["ci_low"], r["ci_high"], r.get("n"), r.get("df")):
             return f"{r['value']:.2f}× ({no_interval(r.get('n'))})"
         return f"{r['value']:.2f}× ({r['level'] * 100:.3g}% CI {r['ci_low']:.2f}–{r['ci_high']:.2f})"
 

@@ -348,7 +348,7 @@ def _tradeoffs(picks: list[PriorityPick], by_name: dict[str, ResolvedRegime], s:
 
 def ratio_text(est: Estimate) -> str:
     """'1.42× (95% CI 1.37–1.47)' for a ratio estimate (> 1: better)."""
-    if not interval_meaningful(est.value, est.low if est.has_interval else None, est.high, est.n):
+    if not interval_meaningful(est.value, est.low if est.has_interval else None, est.high, est.n, est.df):
         return f"{est.value:.2f}× ({no_interval(est.n)})"
     return f"{est.value:.2f}× ({est.level:.0%} CI {est.low:.2f}–{est.high:.2f})"
 

@@ -43,6 +43,8 @@ class Estimate:
     high: float
     n: int
     level: float
+    # the interval's degrees of freedom where they are not n - 1 (a ratio of launch figures pooled over the points)
+    df: float | None = None
 
     @property
     def has_interval(self) -> bool:
@@ -50,11 +52,12 @@ class Estimate:
         return not (math.isnan(self.low) or math.isnan(self.high))
 
     def as_dict(self) -> dict[str, float | int | None]:
-        """JSON-ready form: value, ci_low, ci_high (None when undefined), n, level."""
+        """JSON-ready form: value, ci_low, ci_high (None when undefined), n, level, and df where set."""
         def clean(x: float) -> float | None:
             return None if math.isnan(x) else x
-        return {"value": clean(self.value), "ci_low": clean(self.low), "ci_high": clean(self.high),
-                "n": self.n, "level": self.level}
+        out = {"value": clean(self.value), "ci_low": clean(self.low), "ci_high": clean(self.high),
+               "n": self.n, "level": self.level}
+        return out if self.df is None else {**out, "df": self.df}
 
 
 def mean_interval(values: Sequence[float], level: float = 0.95) -> Estimate:
@@ -86,7 +89,8 @@ class LogDifference:
         if self.df < 1 or math.isnan(self.se):
             return Estimate(math.exp(self.mean), math.nan, math.nan, self.n, level)
         half = t_quantile(0.5 + level / 2, self.df) * self.se
-        return Estimate(math.exp(self.mean), math.exp(self.mean - half), math.exp(self.mean + half), self.n, level)
+        return Estimate(math.exp(self.mean), math.exp(self.mean - half), math.exp(self.mean + half), self.n, level,
+                        self.df)
 
     def p_greater(self, threshold: float) -> float:
         """One-sided p-value of H0: true log ratio <= log(threshold) against H1: it is larger."""

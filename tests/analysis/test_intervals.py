@@ -13,6 +13,7 @@ from studies import REGIMES_CONFIG, TruePoint, build
 
 from ddsweep.analysis.decisions import Settings, analyse
 from ddsweep.commands.summarize import summarize
+from ddsweep.findings.summary import build_outcome
 from ddsweep.formatting import interval_meaningful, no_interval, ratio_dict_text
 
 
@@ -64,3 +65,24 @@ def test_a_study_with_two_repeats_prints_no_interval_on_its_first_screen(tmp_pat
     screen = "\n".join(first_section(markdown))
     assert "× (n = 2; more repeats or launches are needed for an interval)" in screen
     assert "CI" not in screen
+
+
+def test_the_caveats_name_the_points_that_ran_in_one_launch_beside_points_that_ran_in_several() -> None:
+    # an adaptive study's baselines run once: comparisons with them pair repeats of that one launch
+    points = [TruePoint("ar", decode=60.0, kind="ar", budget=None, topk=None, block_size=None, window=None,
+                        acceptance=None), TruePoint("bs8-b8-t4-w2048", decode=150.0),
+              TruePoint("bs8-b4-t4-w2048", decode=120.0)]
+    results = build(points, 1)
+    two = results.cells["repeat"].map({0: 0, 1: 0, 2: 1})
+    results.cells["launch"] = two.where(results.cells["point_id"] != "ar", 0)
+    text = selection_text(results)
+    assert "launch is the unit of every interval and test between them" in text
+    assert "`ar` ran in one launch: a comparison with it pairs the repeats" in text
+    results.cells["launch"] = two  # every point in two launches: nobody to name
+    assert "ran in one launch" not in selection_text(results)
+
+
+def selection_text(results) -> str:
+    doc = build_outcome(analyse(results, Settings.from_config(copy.deepcopy(REGIMES_CONFIG)))).to_json()
+    return next(c for c in doc["caveats"] if c["kind"] == "selection")["text"]
+

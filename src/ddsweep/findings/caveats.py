@@ -23,6 +23,8 @@ def caveats(d: Decisions) -> list[dict[str, Any]]:
         out.append({"kind": "simulated", "title": "Simulated results", "text": (
             f"{len(sim)} of {len(results.points)} points were produced by the simulated server "
             "(`ddsweep sim-server`), not by real hardware: " + ", ".join(f"`{x}`" for x in sim) + ".")})
+    one_launch = sorted({pid for o in d.regimes for pid in o.resolved.repeats
+                         if len(o.resolved.launches.get(pid, {})) < 2})
     undecided = [f"{o.resolved.regime.name}: {o.no_decision}" for o in d.regimes if o.no_decision]
     undecided += [f"priority `{p.name}`: {p.no_decision}" for p in d.priorities if p.no_decision]
     if undecided:
@@ -34,7 +36,10 @@ def caveats(d: Decisions) -> list[dict[str, Any]]:
         "the best of several noisy estimates and so tends to be optimistic (winner's curse); the intervals "
         f"are {s.confidence:.0%} intervals for each figure on its own. " + (
             "Points ran in two or more server launches, and the launch is the unit of every interval and test "
-            "(its variance pooled over the study's points, docs/statistics.md)." + _race_cells_text(s.config)
+            "between them (its variance pooled over the study's points, docs/statistics.md)."
+            + (f" {', '.join(f'`{p}`' for p in one_launch)} ran in one launch: a comparison with "
+               f"{'it' if len(one_launch) == 1 else 'them'} pairs the repeats, and its interval holds the variation "
+               "within that launch only." if one_launch else "") + _race_cells_text(s.config)
             if any(len(f) >= 2 for o in d.regimes for f in o.resolved.launches.values()) else
             "The repeats of one point ran in one server launch, so the intervals do not include variation between "
             "launches or nodes."))})

@@ -114,7 +114,14 @@ def test_ratios_of_synthetic_studies_match_the_built_in_change(tmp_path: Path) -
     assert {r["unit"] for r in doc["matched"]["points"]} == {"repeat"}
     text = render_compare(doc)
     assert "between repeats within a launch only" in text and "| `ar` | repeat |" in text
-    for results in (tmp_path / "a" / "results", tmp_path / "b" / "results"):  # each repeat its own launch
+    for point in (tmp_path / "a" / "results" / "points").iterdir():  # A in two launches (2+1 repeats), not B
+        (point / "launches.json").write_text(json.dumps({"launches": [{"repeats": [0, 1]}, {"repeats": [2]}]}))
+    doc = compare(open_study(tmp_path / "a", tmp_path, spec_a.config), open_study(tmp_path / "b", tmp_path,
+                                                                                spec_b.config))
+    assert {r["unit"] for r in doc["matched"]["points"]} == {"repeat"}  # never A's launches against B's repeats
+    latency = {r["point_id"]: r["regimes"] for r in doc["matched"]["points"]}["bs8-b8-t4-w2048"]["latency"]
+    assert latency["ratio"]["n"] == 3 and latency["a"]["n"] == 3 and latency["b"]["n"] == 3
+    for results in (tmp_path / "a" / "results", tmp_path / "b" / "results"):  # both: each repeat its own launch
         for point in (results / "points").iterdir():
             (point / "launches.json").write_text(json.dumps({"launches": [{}, {}, {}]}))
     doc = compare(open_study(tmp_path / "a", tmp_path, spec_a.config), open_study(tmp_path / "b", tmp_path,

@@ -61,7 +61,8 @@ def _figure(values: dict[int, float], level: float) -> dict[str, Any] | None:
 
 def matched_ratios(a: Study, b: Study) -> dict[str, Any]:
     """Per matched point and regime: A's and B's figures and B over A (better direction, > 1: B better), from
-    per-launch figures where both points ran in two or more launches, else from per-repeat figures."""
+    per-launch figures where both points ran in two or more launches, else from per-repeat figures on both sides
+    (never one side's launches against the other's repeats)."""
     level = a.decisions.settings.confidence
     a_ok = {_key(p): p for p in a.results.ok_points()}
     b_ok = {_key(p): p for p in b.results.ok_points()}
@@ -73,9 +74,10 @@ def matched_ratios(a: Study, b: Study) -> dict[str, Any]:
                                  "unit": "launch", "regimes": {}}
         for r in regimes:
             ra, rb = resolve_regime(a.results, r, [pa.point_id]), resolve_regime(b.results, r, [pb.point_id])
-            va, vb = ra.units(pa.point_id), rb.units(pb.point_id)
-            if va and vb and not (len(ra.launches.get(pa.point_id, {})) >= 2
-                                  and len(rb.launches.get(pb.point_id, {})) >= 2):
+            launches = len(ra.launches.get(pa.point_id, {})) >= 2 and len(rb.launches.get(pb.point_id, {})) >= 2
+            va, vb = ((ra.units(pa.point_id), rb.units(pb.point_id)) if launches
+                      else (ra.repeats.get(pa.point_id, {}), rb.repeats.get(pb.point_id, {})))
+            if va and vb and not launches:
                 entry["unit"] = "repeat"
             shifted = {k + B_OFFSET: v for k, v in vb.items()}
             diff = (log_difference(va, shifted) if r.lower_is_better else log_difference(shifted, va)

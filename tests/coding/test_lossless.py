@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from ddsweep.coding.lossless import assess_lossless, compare_outputs, first_difference, simple_tokens, wilson_interval
+import random
+
+import pytest
+
+from ddsweep.coding.lossless import (
+    assess_lossless,
+    compare_outputs,
+    first_difference,
+    p_below_floor,
+    simple_tokens,
+    wilson_interval,
+)
 
 
 def record(task_id: str, response: str, reasoning: str | None = None, error_kind: str | None = None) -> dict:
@@ -75,6 +86,42 @@ def test_floor_from_a_repeated_ar_and_only_clear_drops_are_flagged() -> None:
     assert near["exact_match_rate"] == 0.88 and near["floor_rate"] == 0.9 and near["below_floor"] is False
     assert far["exact_match_rate"] == 0.4 and far["below_floor"] is True
     assert far["ci_low"] < 0.4 < far["ci_high"] < 0.9
+
+
+@pytest.mark.slow
+def test_the_floor_test_is_fishers_exact_one_sided_test() -> None:
+    from scipy.stats import fisher_exact
+
+    for matched, compared, floor_matched, floor_compared in [(138, 164, 150, 164), (40, 100, 90, 100),
+                                                             (5, 8, 8, 8), (88, 100, 90, 100), (0, 3, 0, 3)]:
+        table = [[matched, compared - matched], [floor_matched, floor_compared - floor_matched]]
+        expected = fisher_exact(table, alternative="less").pvalue
+        assert p_below_floor(matched, compared, floor_matched, floor_compared) == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_point_is_flagged_at_the_level_held_over_every_point_compared() -> None:
+    # ar agrees with itself on 150 of 164; a point at 138 has p = 0.031: flagged alone, not among three points
+    reference, repeat = _run(164, set()), _run(164, set(range(14)), "ar-noise")
+    point, same = _run(164, set(range(26))), _run(164, set(range(14)))
+    assert assess_lossless(reference, repeat, {"p": point})["points"]["p"]["below_floor"] is True
+    three = assess_lossless(reference, repeat, {"p": point, "q": same, "r": same})["points"]
+    assert three["p"]["below_floor"] is False and three["p"]["p_below_floor"] == pytest.approx(0.0312, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_points_as_reproducible_as_ar_are_rarely_flagged_together() -> None:
+    # 20 points whose answers match ar as often as ar matches itself (90%): in at most about 5% of studies is
+    # any of them flagged (the family-wise error); a test against the floor's point estimate flagged 8-10% of
+    # the points, so most studies had a false flag
+    rng = random.Random(4)
+    studies, flagged = 300, 0
+    for _ in range(studies):
+        reference = _run(100, set())
+        repeat = _run(100, {i for i in range(100) if rng.random() < 0.1}, "ar-noise")
+        points = {f"p{k}": _run(100, {i for i in range(100) if rng.random() < 0.1}) for k in range(20)}
+        result = assess_lossless(reference, repeat, points)["points"]
+        flagged += any(m["below_floor"] for m in result.values())
+    assert flagged / studies <= 0.08, flagged / studies
 
 
 def test_without_a_repeat_nothing_is_flagged() -> None:

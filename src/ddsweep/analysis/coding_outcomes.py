@@ -25,7 +25,7 @@ class LosslessResult:
 
 def lossless_vs_ar(results: ResultSet) -> LosslessResult:
     """Compare each point's coding outputs with the ar baseline's, against the ar-vs-ar floor
-    (ddsweep.coding.lossless.assess_lossless: a point is flagged only when clearly below the floor)."""
+    (ddsweep.coding.lossless.assess_lossless: a point is flagged only when below the floor with confidence)."""
     from ddsweep.coding.lossless import assess_lossless
 
     ar_id = ar_point_id(results)
@@ -38,7 +38,7 @@ def lossless_vs_ar(results: ResultSet) -> LosslessResult:
     repeat = read_coding_repeat(results.results_dir, ar_id)
     assessed = assess_lossless(usable(results.coding_records[ar_id]), usable(repeat) if repeat else None,
                                {pid: usable(records) for pid, records in results.coding_records.items()
-                                if pid != ar_id})
+                                if pid != ar_id}, results.confidence)
     return LosslessResult(True, None, assessed["points"], assessed["floor"])
 
 

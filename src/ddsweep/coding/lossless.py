@@ -7,7 +7,8 @@ separates tokens. Problems missing from either list, or whose request failed in 
 
 Greedy decoding is not bit-reproducible at high concurrency or with tensor/expert parallelism, so the `ar`
 point asks every problem twice (coding/problems_repeat.jsonl); `assess_lossless` reports each point's
-exact-match rate next to that ar-vs-ar floor and flags only rates clearly below it.
+exact-match rate next to that ar-vs-ar floor and flags only rates below it with confidence: Fisher's exact test,
+one-sided, with the family-wise error over the points held at 1 − the study's confidence (Bonferroni).
 """
 
 from __future__ import annotations
@@ -83,24 +84,39 @@ def wilson_interval(successes: int, trials: int, level: float = 0.95) -> tuple[f
     return (0.0 if successes == 0 else center - half), (1.0 if successes == trials else center + half)
 
 
+def p_below_floor(matched: int, compared: int, floor_matched: int, floor_compared: int) -> float:
+    """One-sided p-value of Fisher's exact test that a point's rate of answers identical to ar's is below the
+    floor's: the hypergeometric probability of `matched` or fewer identical answers among the point's
+    `compared`, given both comparisons' identical answers in all (SciPy's `fisher_exact(..., "less")`)."""
+    total, hits = compared + floor_compared, matched + floor_matched
+    ways = sum(math.comb(hits, k) * math.comb(total - hits, compared - k)
+               for k in range(max(0, compared - (total - hits)), matched + 1))
+    return min(1.0, ways / math.comb(total, compared))
+
+
 def assess_lossless(reference: list[dict], reference_repeat: list[dict] | None,
-                    candidates: dict[str, list[dict]]) -> dict:
+                    candidates: dict[str, list[dict]], level: float = 0.95) -> dict:
     """Every point's exact-match rate against `ar`, next to the ar-vs-ar floor (the rate at which two `ar`
-    runs agree with each other). A point is flagged only when its rate is clearly below the floor: the upper
-    end of its 95% Wilson interval lies below the floor's rate. Without a repeat there is no floor and
-    nothing is flagged (a mismatch rate alone means nothing when `ar` itself is not reproducible)."""
+    runs agree with each other). A point is flagged only when its rate is below the floor with confidence:
+    Fisher's exact one-sided test rejects at (1 − level) / m, m the points compared (Bonferroni: at most a
+    1 − level chance that any point is flagged when none differs from the floor). Without a repeat there is no
+    floor and nothing is flagged (a mismatch rate alone means nothing when `ar` itself is not reproducible)."""
     floor = compare_outputs(reference, reference_repeat) if reference_repeat is not None else None
     floor_rate = floor["exact_match_rate"] if floor else None
+    matches = {point_id: compare_outputs(reference, records) for point_id, records in candidates.items()}
+    tested = max(1, sum(bool(m["compared"]) for m in matches.values()))
     points = {}
-    for point_id, records in candidates.items():
-        match = compare_outputs(reference, records)
-        low, high = wilson_interval(match["exact_match"], match["compared"])
+    for point_id, match in matches.items():
+        low, high = wilson_interval(match["exact_match"], match["compared"], level)
+        p_value = (None if floor_rate is None or not match["compared"] else
+                   p_below_floor(match["exact_match"], match["compared"], floor["exact_match"], floor["compared"]))
         points[point_id] = {
             **match,
             "ci_low": low,
             "ci_high": high,
             "floor_rate": floor_rate,
-            "below_floor": None if floor_rate is None or not match["compared"] else high < floor_rate,
+            "p_below_floor": p_value,
+            "below_floor": None if p_value is None else p_value <= (1 - level) / tested,
         }
     return {
         "floor": None if floor is None else {k: floor[k] for k in ("compared", "exact_match", "exact_match_rate")},

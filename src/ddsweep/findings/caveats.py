@@ -157,7 +157,11 @@ def _coding_caveats(d: Decisions) -> list[dict[str, Any]]:
     else:
         floor_text = (f"`ar` agreed with itself on {floor['exact_match']}/{floor['compared']} answers "
                       f"({floor['exact_match_rate']:.0%}), the floor every point is compared with; a point is "
-                      "flagged only when the upper end of its 95% Wilson interval is below that floor."
+                      "flagged only when a one-sided Fisher exact test puts its rate below the floor's, with a "
+                      f"{1 - d.settings.confidence:.0%} chance over all points together that any is flagged wrongly "
+                      "(Bonferroni). The floor comes from two runs of one server: a correct speculative build can "
+                      "still fall below it where verifying several tokens in one forward pass changes the numerics "
+                      "of near-ties, so a flag asks for a look at the differing answers before it is read as a bug."
                       if floor else "`ar` answered only once, so there is no ar-vs-ar floor and nothing is flagged "
                       "(greedy outputs need not be reproducible at high concurrency or with tensor/expert "
                       "parallelism; coding_eval.ar_repeat measures the floor).")
@@ -168,7 +172,7 @@ def _coding_caveats(d: Decisions) -> list[dict[str, Any]]:
             line = (f"`{pid}`: {match.get('exact_match')}/{match.get('compared')} identical "
                     f"({(match.get('exact_match_rate') or 0):.0%}")
             if match.get("ci_low") is not None and match.get("compared"):
-                line += f", 95% CI {match['ci_low']:.0%}–{match['ci_high']:.0%}"
+                line += f", {d.settings.confidence:.0%} CI {match['ci_low']:.0%}–{match['ci_high']:.0%}"
             line += ")"
             if match.get("below_floor"):
                 line = "**below the ar-vs-ar floor** " + line

@@ -190,6 +190,23 @@ def test_too_many_failed_requests_fail_the_eval_after_writing_files(server: Fake
     assert read_json(tmp_path / "summary.json")["request_failures"] == 2
 
 
+def test_an_answer_the_server_aborted_is_a_failed_request_not_a_wrong_answer(tmp_path: Path) -> None:
+    """SGLang answers an aborted chat request with HTTP 200, finish_reason abort and the partial text: the
+    request failed (it says nothing about the model), and the partial answer is kept."""
+    def aborted(request: dict) -> tuple[int, object]:
+        return 200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": "def f(x):\n    re"},
+                                  "finish_reason": "abort"}], "usage": {"completion_tokens": 7}}
+
+    with FakeServer(aborted) as fake:
+        summary = run_coding_eval(fake.url, tmp_path, CodingSettings(task_ids=["HumanEval/0"], model="m",
+                                                                     max_request_failure_fraction=1.0),
+                                  simulated=False)
+    record = read_jsonl(tmp_path / "problems.jsonl")[0]
+    assert record["error_kind"] == "request" and record["error"].startswith("aborted by the server after 7 tokens")
+    assert record["response"] == "def f(x):\n    re" and record["code"] is None
+    assert summary["request_failures"] == 1 and summary["answered"] == 0
+
+
 def test_no_retry_when_not_configured(server: FakeServer, tmp_path: Path) -> None:
     """Without a retry limit, truncated problems are not re-asked and pass_at_1_after_retry is null."""
     settings = CodingSettings(task_ids=["HumanEval/1"], max_tokens=256, model="m")

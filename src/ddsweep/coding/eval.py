@@ -150,6 +150,11 @@ def attempt(
     except (httpx.HTTPError, ValueError) as exc:
         message = f"{type(exc).__name__}: {exc}".strip()
         return Attempt(False, "request", message[:500], None, False, None, max_tokens, "", None, None)
+    if completion.finish_reason == "abort":  # SGLang answers an aborted request with HTTP 200 and the partial text
+        return Attempt(False, "request", f"aborted by the server after {completion.completion_tokens} tokens "
+                       "(finish_reason abort): the answer was cut by the server, not by the model",
+                       completion.finish_reason, False, completion.completion_tokens, max_tokens, completion.content,
+                       completion.reasoning, None, spec_verify_ct=completion.spec_verify_ct)
     truncated = completion.finish_reason == "length"
     extraction = extract_code(completion.content, problem, completion.finish_reason, completion.reasoning is not None)
     if extraction.code is None:

@@ -247,7 +247,7 @@ def test_cli_subcommand(server: FakeServer, tmp_path: Path, capsys: pytest.Captu
     assert args.func(args) == 0
     summary = read_json(tmp_path / "summary.json")
     assert summary["problems"] == 2 and summary["passed"] == 1 and summary["max_tokens"] == 300
-    assert "pass@1 1/2" in capsys.readouterr().out
+    assert "pass@1 1/2 = 0.500 (0 of 2 requests failed)" in capsys.readouterr().out
 
 
 def test_select_problems_subsets() -> None:

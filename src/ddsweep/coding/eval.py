@@ -319,7 +319,8 @@ def main(args: argparse.Namespace) -> int:
         return 1
     progress.close()
     print(
-        f"pass@1 {summary['passed']}/{summary['problems']} = {summary['pass_at_1']:.3f}; "
+        f"pass@1 {summary['passed']}/{summary['answered']} = {summary['pass_at_1']:.3f} "
+        f"({summary['request_failures']} of {summary['problems']} requests failed); "
         f"truncated {summary['truncated']}; sandbox {summary['sandbox']['isolation']}; "
         f"written to {args.out}"
     )

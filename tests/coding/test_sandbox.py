@@ -119,6 +119,13 @@ def test_values_cross_as_plain_data_only(default_sandbox: Sandbox) -> None:
     forged = "class Yes:\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return Yes()\n"
     result = default_sandbox.run(forged, test, "f")
     assert result.status == "exception" and "cannot pass a Yes" in result.error
+    # a builtin container's subclass crosses as the container: a Counter answers a dict (HumanEval/111), and a
+    # subclass's own __eq__ never reaches the tests
+    counter = "from collections import Counter\ndef f(x):\n    return Counter(x)\n"
+    counts = "def check(candidate):\n    assert candidate('aab') == {'a': 2, 'b': 1}\n"
+    assert default_sandbox.run(counter, counts, "f").passed
+    lying = "class Yes(dict):\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return Yes()\n"
+    assert default_sandbox.run(lying, counts, "f").status == "assertion"
 
 
 @dataclass

@@ -92,12 +92,15 @@ def recv_with_fds(sock: socket.socket) -> tuple:
 
 
 def encode(value: object, depth: int = 0) -> object:
-    """Plain-data form of a value made of builtin types (raises TypeError for anything else)."""
+    """Plain-data form of a value made of builtin types (raises TypeError for anything else). A subclass of a
+    builtin container (Counter, OrderedDict, defaultdict, a namedtuple) crosses as that container, its items
+    read out: the other side gets the builtin, so no method of the subclass reaches it."""
     if depth > 100:
         raise TypeError("value nested too deeply")
     if value is None or type(value) in (bool, int, float, str):
         return value
     kind = type(value)
+    kind = next((base for base in (dict, list, tuple, set, frozenset) if isinstance(value, base)), kind)
     tags = {list: "l", tuple: "t", set: "s", frozenset: "f"}
     if kind in tags:
         return {tags[kind]: [encode(v, depth + 1) for v in value]}

@@ -265,10 +265,19 @@ def _complete(unit_dir: Path, manifest: dict[str, Any]) -> bool:
                for name, meta in manifest["files"].items())
 
 
+def _finished_here(unit_dir: Path) -> bool:
+    """Whether this directory holds the unit finished (`done.json` ok) though not stored: a run after the stored
+    copy whose push did not happen; the store's older copy must not replace it, and the push comes next."""
+    try:
+        return read_json(unit_dir / "done.json").get("status") == "ok"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def pull(store: StudyStore, workdir: Path, units: Iterable[str]) -> PullReport:
     """Restore under `workdir` every unit of `units` that the store holds finished and this directory lacks (the
-    files keep their stored mtimes, so Snakemake finds them up to date); for the others, fetch their attempt
-    markers and report the attempts that started and never ended."""
+    files keep their stored mtimes, so Snakemake finds them up to date), never over a unit finished here; for
+    the others, fetch their attempt markers and report the attempts that started and never ended."""
     report = PullReport([], {})
     for unit in units:
         if unit.endswith(".json"):
@@ -277,7 +286,7 @@ def pull(store: StudyStore, workdir: Path, units: Iterable[str]) -> PullReport:
             continue
         local = Path(workdir) / unit
         remote = unit
-        if (local / MANIFEST).exists():
+        if (local / MANIFEST).exists() or _finished_here(local):
             continue
         with tempfile.TemporaryDirectory(prefix="ddsweep-pull-") as scratch:
             fetched = Path(scratch) / MANIFEST

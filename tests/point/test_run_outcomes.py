@@ -3,6 +3,7 @@ even when it reached the server at the same moment (configuration results: tests
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -19,6 +20,7 @@ from test_lifecycle import NO_CODING, owned_processes_of_port
 import ddsweep.point.run as run_module
 from ddsweep.analysis.results import failed_cells_text, load_results
 from ddsweep.bench.cells import run_coroutine
+from ddsweep.point.marks import AttemptMarks
 from ddsweep.point.preflight import check_matrix
 from ddsweep.point.run import PointFailed, parse_slurm_duration, run_point
 
@@ -209,3 +211,21 @@ def test_the_preflight_reports_a_context_no_prompt_can_be_sized_to_before_any_se
                                       "target.model_path")
     (finding,) = check_matrix(demo_config(benchmark={"contexts": contexts}))  # the stand-in counts at run time
     assert "simulated study" in finding.message
+
+
+def test_a_point_killed_while_its_end_mark_goes_to_the_store_keeps_its_done_record(monkeypatch, tmp_path):
+    # the end mark is a network write: a job killed during it (SIGKILL, a hung store at the time limit) has
+    # already written done.json, so the next attempt does not measure the finished point again
+    status = {"status": "ok", "simulated": True, "duration_s": 1.0, "failed_cells": []}
+    monkeypatch.setattr(run_module, "run_point", lambda *_args, **_kwargs: status)
+
+    class KilledAtTheEndMark(AttemptMarks):
+        def ended(self, error_kind, error) -> None:
+            raise KeyboardInterrupt
+
+    args = argparse.Namespace(done=str(tmp_path / "done.json"), preflight=None, time_limit_lead_s=None, attempt=1,
+                              attempts=1)
+    with pytest.raises(KeyboardInterrupt):
+        run_module._run_and_record(args, {"point_id": "p"}, tmp_path / "p", KilledAtTheEndMark(tmp_path / "p"))
+    assert json.loads((tmp_path / "done.json").read_text())["status"] == "ok"
+

@@ -72,6 +72,21 @@ def test_a_pushed_unit_comes_back_whole_with_its_mtimes_in_a_fresh_directory(sto
     assert pull(store, second, [UNIT]).restored == []
 
 
+def test_a_unit_finished_here_after_its_stored_copy_is_not_replaced_by_it(store, tmp_path):
+    # the store holds an earlier attempt (not started: the time budget); this directory ran the point again and
+    # finished it, but its push did not happen: the next pull keeps the finished point
+    earlier = tmp_path / "earlier"
+    source = _unit(earlier)
+    (source / "done.json").write_text(json.dumps({"status": "failed", "error_kind": "time_budget"}))
+    push_unit(store, earlier, UNIT, source / MANIFEST)
+    here = tmp_path / "here"
+    finished = _unit(here)
+    assert pull(store, here, [UNIT]).restored == []
+    assert json.loads((finished / "done.json").read_text()) == {"status": "ok"} and not (finished / MANIFEST).exists()
+    (finished / "done.json").write_text(json.dumps({"status": "failed", "error_kind": "time_budget"}))
+    assert pull(store, here, [UNIT]).restored == [UNIT]  # an unfinished record here: the store's copy comes back
+
+
 def test_a_store_leaves_no_staging_directory_behind(tmp_path):
     needs_rsync()
     store = StudyStore.open(str(tmp_path / "store"))

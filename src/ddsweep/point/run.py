@@ -514,9 +514,9 @@ def _run_and_record(args: argparse.Namespace, record: dict, out_dir: Path, marks
             print("  failed-infrastructure: not recorded as a result; Snakemake retries the point "
                   "(resources.retries), and the next invocation runs it again", file=sys.stderr)
         return 143 if exc.kind == "interrupted" else 1
-    marks.ended(None, None)
-    if args.done:
+    if args.done:  # the local record first: a job killed while the end mark goes to the store keeps its point
         write_json_atomic(args.done, done_record(record["point_id"], "ok", interruptions=marks.interruptions()))
+    marks.ended(None, None)
     label = " [SIMULATED]" if status["simulated"] else ""
     partial = f", PARTIAL: {len(status['failed_cells'])} failed cell(s)" if status["failed_cells"] else ""
     print(f"point {record['point_id']} done in {status['duration_s']:.1f} s{partial}{label}: {out_dir}",

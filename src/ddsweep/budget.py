@@ -92,12 +92,16 @@ def job_estimate_s(config: dict, observed: Iterable[float] = ()) -> float:
 
 
 def make_budget(config: dict, results_dir: Path, started: float, slurm_left_s: float | None) -> TimeBudget | None:
-    """The invocation's budget from `budget_s` and the Slurm allocation's time left, or None when neither is set."""
+    """The invocation's budget from `budget_s` and the Slurm allocation's time left, or None when neither is set.
+    A point job in the allocation stops itself `resources.signal_lead_s` before its end, so that much of it is no
+    time to measure in."""
     limits = []
     if config.get("budget_s"):
         limits.append((started + float(config["budget_s"]), f"the time budget (budget_s={config['budget_s']:g})"))
     if slurm_left_s is not None:
-        limits.append((started + slurm_left_s, "the Slurm allocation's time left"))
+        lead = float((config.get("resources") or {}).get("signal_lead_s") or 0)
+        limits.append((started + slurm_left_s - lead, f"the Slurm allocation's time left less the {lead:g} s a point "
+                                                      "keeps to stop itself (resources.signal_lead_s)"))
     if not limits:
         return None
     deadline, source = min(limits)

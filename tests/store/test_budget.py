@@ -68,8 +68,10 @@ def test_the_slurm_allocations_end_counts_when_it_comes_first():
     config = demo_config()
     config_dir = Path("/nonexistent")
     assert make_budget(config, config_dir, 0.0, None) is None
+    lead = config["resources"]["signal_lead_s"]  # the point stops itself that long before the allocation ends
+    assert lead > 0
     budget = make_budget({**config, "budget_s": 3600}, config_dir, started=100.0, slurm_left_s=600.0)
-    assert budget.deadline == 700.0 and "Slurm allocation" in budget.source
+    assert budget.deadline == 700.0 - lead and "Slurm allocation" in budget.source and "signal_lead_s" in budget.source
     budget = make_budget({**config, "budget_s": 300}, config_dir, started=100.0, slurm_left_s=600.0)
     assert budget.deadline == 400.0 and "budget_s=300" in budget.source
 

@@ -231,16 +231,23 @@ def test_mismatches_are_judged_against_the_ar_vs_ar_floor(tmp_path: Path) -> Non
     results = write_results(spec, tmp_path)
     _, text = decide(spec, tmp_path)
     assert "there is no ar-vs-ar floor and nothing is flagged" in text  # `ar` answered once
-    # `ar` answered twice and agreed with itself on every problem: a point with one mismatch in five has a 95%
-    # Wilson interval of 38%–96%, wholly below that floor, so it is flagged; the identical point is not.
+    # `ar` answered twice and agreed with itself on every problem. One mismatch in five is no evidence against
+    # that floor (Fisher's exact test, one-sided: p = 0.5), so nothing is flagged; the diverging point's every
+    # answer differing is (p = 1/252), and it is flagged, the identical point not.
     ar_answers = (results / "points" / "ar" / "coding" / "problems.jsonl").read_text()
     (results / "points" / "ar" / "coding" / "problems_repeat.jsonl").write_text(ar_answers)
+    decisions = analyse(load_results(results), Settings.from_config(spec.config))
+    diverging = decisions.lossless.by_point[spec.expected["diverging"]]
+    assert diverging["exact_match"] == diverging["compared"] - 1 and diverging["below_floor"] is False
+    answers = results / "points" / spec.expected["diverging"] / "coding" / "problems.jsonl"
+    records = [json.loads(line) for line in answers.read_text().splitlines()]
+    answers.write_text("".join(json.dumps({**r, "response": r["response"] + " (differs)"}) + "\n" for r in records))
     decisions = analyse(load_results(results), Settings.from_config(spec.config))
     text = render_markdown(build_outcome(decisions))
     n = len(spec.point("ar").coding)
     assert f"`ar` agreed with itself on {n}/{n} answers (100%)" in text
     diverging = decisions.lossless.by_point[spec.expected["diverging"]]
-    assert diverging["floor_rate"] == 1.0 and diverging["below_floor"] is True
+    assert diverging["floor_rate"] == 1.0 and diverging["exact_match"] == 0 and diverging["below_floor"] is True
     flagged = [line for line in text.splitlines() if "below the ar-vs-ar floor" in line]
     assert len(flagged) == 1 and f"`{spec.expected['diverging']}`" in flagged[0]
 

@@ -26,8 +26,8 @@ import socket
 import sys
 import tempfile
 import weakref
-from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -257,6 +257,8 @@ class PullReport:
 
     restored: list[str]
     interrupted: dict[str, list[dict[str, Any]]]
+    # units the store holds finished under another configuration (their point.json's record_digest): not restored
+    stale: list[str] = field(default_factory=list)
 
 
 def _complete(unit_dir: Path, manifest: dict[str, Any]) -> bool:
@@ -274,10 +276,22 @@ def _finished_here(unit_dir: Path) -> bool:
         return False
 
 
-def pull(store: StudyStore, workdir: Path, units: Iterable[str]) -> PullReport:
+def _stale(staged: Path, expected: str | None) -> bool:
+    """Whether a stored unit was measured under another configuration than `expected` (its point.json's
+    record_digest differs; a unit without one, stored by an earlier version, cannot tell and is taken)."""
+    try:
+        digest = read_json(staged / "point.json").get("record_digest")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return expected is not None and digest is not None and digest != expected
+
+
+def pull(store: StudyStore, workdir: Path, units: Iterable[str],
+         digests: Mapping[str, str] | None = None) -> PullReport:
     """Restore under `workdir` every unit of `units` that the store holds finished and this directory lacks (the
-    files keep their stored mtimes, so Snakemake finds them up to date), never over a unit finished here; for
-    the others, fetch their attempt markers and report the attempts that started and never ended."""
+    files keep their stored mtimes, so Snakemake finds them up to date), never over a unit finished here, and not
+    one measured under another configuration than `digests` gives it (it runs again); for the others, fetch their
+    attempt markers and report the attempts that started and never ended."""
     report = PullReport([], {})
     for unit in units:
         if unit.endswith(".json"):
@@ -297,6 +311,9 @@ def pull(store: StudyStore, workdir: Path, units: Iterable[str]) -> PullReport:
                 if not _complete(staged, manifest):
                     raise StoreError(f"store {store.location.root}: {remote} does not match its manifest (a file is "
                                      "missing or of another size); not restored")
+                if _stale(staged, (digests or {}).get(unit)):
+                    report.stale.append(unit)
+                    continue
                 _restore(staged, local, manifest)
                 write_json_atomic(local / MANIFEST, manifest)
                 # the manifest as old as the unit's newest file, as where it was written after them
@@ -384,6 +401,9 @@ def _pull_command(args: argparse.Namespace) -> int:
 def describe_pull(report: PullReport, url: str) -> str:
     """What a pull restored and which units were interrupted, one line each."""
     lines = [f"ddsweep: {len(report.restored)} finished job(s) taken from the store {url}"]
+    if report.stale:
+        lines.append(f"ddsweep: {len(report.stale)} finished job(s) in the store were measured under another "
+                     f"configuration than this one and run again: {', '.join(report.stale)}")
     for unit, lost in sorted(report.interrupted.items()):
         last = lost[-1]
         lines.append(f"ddsweep: {unit} was interrupted ({len(lost)} attempt(s); the last started on {last['host']} "

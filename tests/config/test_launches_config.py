@@ -6,7 +6,9 @@ import copy
 
 from conftest import demo_config
 
-from ddsweep.config.launches import grid_launches, launch_record, launch_repeats
+from ddsweep.config.launches import grid_launches, job_digests, launch_record, launch_repeats
+from ddsweep.config.operational import record_digest
+from ddsweep.config.plan import running_points
 from ddsweep.config.study import find_point, validate_config
 
 
@@ -32,3 +34,16 @@ def test_a_point_runs_at_most_one_launch_per_repeat():
 
 def test_an_adaptive_study_has_its_own_launches():
     assert grid_launches(demo_config(sweep={"strategy": "adaptive"})) == 1
+
+
+def test_each_grid_jobs_expected_digest_is_that_of_the_record_it_runs_with():
+    config = demo_config()
+    points = {p.point_id: p for p in running_points(config)}
+    digests = job_digests(config, points)
+    point = points["bs8-b8-t4-w2048"]
+    assert digests["results/launches/bs8-b8-t4-w2048/launch-1"] == record_digest(launch_record(config, point, 1))
+    assert len(digests) == 2 * len(points) and "results/points/bs8-b8-t4-w2048" not in digests  # merged: launches
+    one = demo_config(sweep={"launches": 1})
+    changed = demo_config(sweep={"launches": 1}, benchmark={"max_new_tokens": 32})
+    assert job_digests(one, points)["results/points/ar"] != job_digests(changed, points)["results/points/ar"]
+

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from conftest import demo_record
 
+from ddsweep.config.operational import record_digest
 from ddsweep.point.failures import (
     CONFIGURATION,
     INFRASTRUCTURE,
     classify,
     drop_persisted_records,
     engine_exceptions,
-    record_digest,
 )
 from ddsweep.point.gpus import check_gpus
 

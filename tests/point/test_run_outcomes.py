@@ -20,6 +20,7 @@ from test_lifecycle import NO_CODING, owned_processes_of_port
 import ddsweep.point.run as run_module
 from ddsweep.analysis.results import failed_cells_text, load_results
 from ddsweep.bench.cells import run_coroutine
+from ddsweep.config.operational import record_digest
 from ddsweep.point.marks import AttemptMarks
 from ddsweep.point.preflight import check_matrix
 from ddsweep.point.run import PointFailed, parse_slurm_duration, run_point
@@ -48,6 +49,7 @@ def test_a_point_whose_preset_the_preflight_refused_is_a_result_and_starts_no_se
     assert failure["steps"] == {"preflight": "failed"} and failure["error_kind"] == "preflight"
     point = json.loads((tmp_path / "p" / "point.json").read_text())
     assert "--speculative-ddtree-budget" in point["command"] and point["preset"] == "ddtree"
+    assert point["record_digest"] == record_digest(record)  # what a store's pull compares with the configuration
     assert not (tmp_path / "p" / "server.log").exists(), "no server may be started"
 
 

@@ -19,6 +19,7 @@ from ddsweep.store import (
     MANIFEST,
     StoreError,
     StudyStore,
+    describe_pull,
     interrupted_attempts,
     mark_attempt,
     parse_store,
@@ -85,6 +86,19 @@ def test_a_unit_finished_here_after_its_stored_copy_is_not_replaced_by_it(store,
     assert json.loads((finished / "done.json").read_text()) == {"status": "ok"} and not (finished / MANIFEST).exists()
     (finished / "done.json").write_text(json.dumps({"status": "failed", "error_kind": "time_budget"}))
     assert pull(store, here, [UNIT]).restored == [UNIT]  # an unfinished record here: the store's copy comes back
+
+
+def test_a_stored_unit_measured_under_another_configuration_is_not_restored(store, tmp_path):
+    earlier = tmp_path / "earlier"
+    source = _unit(earlier)
+    (source / "point.json").write_text(json.dumps({"point_id": "bs8-b8-t4-woff", "record_digest": "before"}))
+    push_unit(store, earlier, UNIT, source / MANIFEST)
+    changed = pull(store, tmp_path / "changed", [UNIT], {UNIT: "after"})  # the benchmark matrix changed since
+    assert changed.restored == [] and changed.stale == [UNIT] and not (tmp_path / "changed" / UNIT).exists()
+    assert "1 finished job(s) in the store were measured under another configuration" in describe_pull(changed, "s")
+    same = pull(store, tmp_path / "same", [UNIT], {UNIT: "before"})
+    assert same.restored == [UNIT] and same.stale == []
+    assert pull(store, tmp_path / "unchecked", [UNIT]).restored == [UNIT]  # no expectation: taken
 
 
 def test_a_store_leaves_no_staging_directory_behind(tmp_path):

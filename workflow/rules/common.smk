@@ -11,7 +11,7 @@ from snakemake.cli import get_profile_dir
 from snakemake.utils import validate
 
 from ddsweep.config.families import canary_records
-from ddsweep.config.launches import grid_launches
+from ddsweep.config.launches import grid_launches, job_digests
 from ddsweep.config.operational import OPERATIONAL_KEYS, measurement_record, operational_settings
 from ddsweep.config.plan import running_points
 from ddsweep.config.reference import reference_enabled, reference_point
@@ -72,7 +72,8 @@ if STORE and ADAPTIVE:
 os.environ.setdefault(STORE_ENV, STORE or "")
 if STORE and workflow.is_main_process:
     try:
-        print(describe_pull(pull(StudyStore.open(STORE), Path("."), store_units(PRESETS, POINTS, LAUNCHES)), STORE))
+        units, digests = store_units(PRESETS, POINTS, LAUNCHES), job_digests(STUDY, POINTS)
+        print(describe_pull(pull(StudyStore.open(STORE), Path("."), units, digests), STORE))
     except StoreError as error:
         raise WorkflowError(f"study store: {error}") from None
 # The invocation's time budget (`budget_s`, and the Slurm allocation it runs in): point jobs that would not finish

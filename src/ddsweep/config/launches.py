@@ -8,6 +8,7 @@ the independent unit (ddsweep.analysis.launch_model)."""
 
 from __future__ import annotations
 
+from ddsweep.config.operational import record_digest
 from ddsweep.config.points import Point
 from ddsweep.config.records import point_record
 
@@ -48,3 +49,14 @@ def launch_record(config: dict, point: Point, launch: int) -> dict:
         record["coding_eval"] = {**record["coding_eval"], "enabled": False}
     record["launch"] = launch
     return record
+
+
+def job_digests(config: dict, points: dict[str, Point]) -> dict[str, str]:
+    """Each grid job directory's expected `record_digest` (results/launches/<id>/launch-<k>, or results/points/<id>
+    where a point runs in one launch; a point merged from its launches is checked through them)."""
+    launches = grid_launches(config)
+    if launches == 1:
+        return {f"results/points/{pid}": record_digest(point_record(config, p)) for pid, p in points.items()}
+    return {f"results/launches/{pid}/launch-{k}": record_digest(launch_record(config, p, k))
+            for pid, p in points.items() for k in range(launches)}
+

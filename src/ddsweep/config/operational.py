@@ -7,6 +7,8 @@ timeout or switching the coding sandbox's isolation reruns no completed point.""
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from typing import Any
 
 # Record section -> keys that change how a job runs but not what it measures. Everything else in a record (the
@@ -38,6 +40,13 @@ def measurement_record(record: dict) -> dict:
         if isinstance(kept.get(section), dict):
             kept[section] = {key: value for key, value in kept[section].items() if key not in keys}
     return kept
+
+
+def record_digest(record: dict) -> str:
+    """SHA-256 of a record's measurement-defining part: two attempts of one configuration share it, and a finished
+    job whose point.json carries another was measured under another configuration."""
+    text = json.dumps(measurement_record(dict(record)), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def with_operations(record: dict, operations: dict) -> dict:

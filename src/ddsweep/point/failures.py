@@ -14,15 +14,12 @@ compiled library), the environment's on every attempt; a kind that happened agai
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-
-from ddsweep.config.operational import measurement_record
 
 CONFIGURATION = "configuration"
 INFRASTRUCTURE = "infrastructure"
@@ -66,12 +63,6 @@ class Classification:
     def is_result(self) -> bool:
         """Whether the failure is a result of the study (done.json, not rerun)."""
         return self.failure_class == CONFIGURATION
-
-
-def record_digest(record: Mapping) -> str:
-    """SHA-256 of a record's measurement-defining part: two attempts of one configuration share it."""
-    text = json.dumps(measurement_record(dict(record)), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def matching_pattern(text: str, patterns: list[str]) -> str | None:

@@ -28,7 +28,7 @@ from ddsweep.budget import ENV as BUDGET_ENV
 from ddsweep.budget import KIND as BUDGET_KIND
 from ddsweep.budget import TimeBudget, observed_like
 from ddsweep.config.knobs import KNOBS
-from ddsweep.config.operational import with_operations
+from ddsweep.config.operational import record_digest, with_operations
 from ddsweep.config.records import point_record
 from ddsweep.config.study import DEMO_HINT, ConfigError, find_point, load_config
 from ddsweep.point.environment import collect_environment
@@ -38,7 +38,6 @@ from ddsweep.point.failures import (
     classify,
     engine_exceptions,
     previous_failure,
-    record_digest,
 )
 from ddsweep.point.gpus import check_gpus
 from ddsweep.point.lifecycle import (
@@ -193,7 +192,7 @@ def write_point_file(record: dict, spec: ServerSpec, out_dir: Path, run: PointRu
         "point_id": record["point_id"], "preset": record["point"]["preset"], "kind": record["point"]["kind"],
         "knobs": {k: record["point"][k] for k in KNOBS},
         "command": spec.command, "env": spec.env, "host": spec.host, "port": spec.port,
-        "study": record["study"], "simulated": run.simulated})
+        "study": record["study"], "simulated": run.simulated, "record_digest": record_digest(record)})
 
 
 def preflight_errors(path: Path | None) -> list[str]:

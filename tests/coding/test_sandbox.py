@@ -490,10 +490,10 @@ FORGERIES: list[tuple[str, str, tuple[str, ...]]] = [
         ("assertion", "exception"),
     ),
     (
-        "always_equal_result",
+        "always_equal_result",  # crosses as the plain (empty) list it is: its __eq__ never reaches the tests
         "class Yes(list):\n    def __eq__(self, other):\n        return True\n    __bool__ = lambda self: True\n"
         "def has_close_elements(numbers, threshold):\n    return Yes()",
-        ("exception",),
+        ("assertion",),
     ),
 ]
 

@@ -185,3 +185,29 @@ def test_http_error_type_from_the_transport(served) -> None:
             await transport.close()
 
     asyncio.run(main())
+
+
+def test_the_asyncio_clock_starts_before_the_request_reaches_the_socket() -> None:
+    # write() hands the bytes to the socket at once; a loop thread that lost the CPU right after it (a busy
+    # machine: prompt-building threads, other processes) once timed a whole 16-token answer as 24 µs
+    from ddsweep.bench import transport as transport_module
+
+    class Connection:
+        written_at: float | None = None
+
+        @property
+        def transport(self) -> Connection:
+            return self
+
+        def begin(self, _state: StreamState) -> asyncio.Future:
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+
+        def write(self, _message: bytes) -> None:
+            self.written_at = time.perf_counter()
+            time.sleep(0.05)  # descheduled as the bytes go out
+
+    connection, state = Connection(), StreamState([])
+    asyncio.run(transport_module._RawTransport._exchange(connection, b"POST /generate", state))
+    assert state.t0 is not None and state.t0 <= connection.written_at

@@ -56,8 +56,9 @@ async def run_request(transport: Transport, url: str, prompt: str | list[int], m
                       record: RequestRecord, ignore_eos: bool = False) -> RequestRecord:
     """Send one streaming greedy /generate request (text, or token ids) and fill `record` with its stream.
 
-    The end is the arrival of [DONE]. The asyncio client starts the clock when the request is written to an open
-    connection (the server sees nothing before) and times each chunk in `data_received`, as its bytes arrive;
+    The end is the arrival of [DONE]. The asyncio client starts the clock as it writes the request to an open
+    connection (just before: the server sees nothing before) and times each chunk in `data_received`, as its
+    bytes arrive;
     aiohttp and httpx start it when the call is made and time a chunk when its line is handed over. A request
     fails (its `error` names why, with the server's message where it sent one) on an HTTP error, an error event or
     an abort in the stream, a malformed chunk, or a stream cut before [DONE].

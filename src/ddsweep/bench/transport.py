@@ -436,8 +436,10 @@ class _RawTransport(Transport):
     @staticmethod
     async def _exchange(conn: _RawConnection, message: bytes, state: StreamState) -> None:
         waiter = conn.begin(state)
-        conn.transport.write(message)
+        # the clock starts before the bytes go: write() hands them to the socket at once, and a loop thread that
+        # lost the CPU between the write and a later stamp would time the whole answer as microseconds
         state.sent(time.perf_counter())
+        conn.transport.write(message)
         await waiter
 
 

@@ -21,11 +21,10 @@ import pandas as pd
 from ddsweep.analysis.admission import admission_limits
 from ddsweep.analysis.interruptions import interrupted_attempts
 from ddsweep.analysis.launch_model import (
-    launch_intervals,
+    point_estimates,
     read_launch_map,
 )
 from ddsweep.analysis.raw import figures_from_cells_document, figures_from_requests, gpu_figures, warmups_settled
-from ddsweep.analysis.statistics import mean_interval
 from ddsweep.analysis.text import first_line
 from ddsweep.config.knobs import KNOBS
 from ddsweep.figures import METRICS
@@ -494,25 +493,23 @@ def primary_workload(record: PointRecord, cell_rows: list[dict[str, Any]]) -> st
 
 
 def group_table(cells: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """Per point, cell and metric: the mean of the per-repeat figures with its Student-t interval."""
+    """Per point, cell and metric: the mean of the per-repeat figures with its interval, from the launches where a
+    point ran in two or more, else Student's t over its repeats (`launch_model.point_estimates`)."""
     rows = []
     if cells.empty:
         return _frame(rows, GROUP_COLUMNS)
-    keys = ["point_id", "context", "concurrency"]
-    by_launch = launch_intervals(cells, METRIC_COLUMNS, confidence)  # launches as the unit, where measured
-    for (point_id, context, concurrency), members in cells.groupby(keys, sort=True, dropna=True):
-        first = members.iloc[0]
-        base = {"point_id": point_id, "kind": first["kind"], **{k: first[k] for k in KNOBS},
-                "context": int(context), "concurrency": int(concurrency), "simulated": bool(first["simulated"])}
-        for metric, column in METRIC_COLUMNS.items():
-            values = [float(v) for v in members[column] if not is_missing(v) and not math.isnan(float(v))]
-            if not values:
-                continue
-            estimate = mean_interval(values, confidence)
-            low, high, _ = by_launch.get((point_id, int(context), int(concurrency), metric),
-                                         (estimate.low, estimate.high, 0))
-            rows.append({**base, "metric": metric, "mean": estimate.value, "ci_low": low,
-                         "ci_high": high, "repeats": estimate.n, "confidence": confidence})
+    for (context, concurrency), at in cells.groupby(["context", "concurrency"], sort=True, dropna=True):
+        estimates = {metric: point_estimates(at, column, confidence) for metric, column in METRIC_COLUMNS.items()}
+        for point_id, members in at.groupby("point_id", sort=True):
+            first = members.iloc[0]
+            base = {"point_id": point_id, "kind": first["kind"], **{k: first[k] for k in KNOBS},
+                    "context": int(context), "concurrency": int(concurrency), "simulated": bool(first["simulated"])}
+            for metric in METRIC_COLUMNS:
+                estimate = estimates[metric][str(point_id)]
+                if estimate.n:
+                    rows.append({**base, "metric": metric, "mean": estimate.value, "ci_low": estimate.low,
+                                 "ci_high": estimate.high, "repeats": estimate.n, "confidence": confidence})
+    rows.sort(key=lambda row: (row["point_id"], row["context"], row["concurrency"]))  # by point, then cell
     return _frame(rows, GROUP_COLUMNS)
 
 

@@ -19,7 +19,7 @@ import yaml
 
 from ddsweep.bench.feasibility import local_tokenizer
 from ddsweep.bench.records import RequestRecord, run_request
-from ddsweep.bench.transport import make_transport
+from ddsweep.bench.transport import make_transport, stream_error
 from ddsweep.point.lifecycle import SERVER_INFO_PATHS, owned_processes, verify_settings
 
 # A real server start costs 30-60 s of both cores.
@@ -197,6 +197,15 @@ def test_prompt_beyond_the_context_is_refused_and_recorded_as_failed(real: reals
     [record] = run(ddsweep_requests(real.url, [long_prompt], 4))
     assert not record.ok and "longer than the model's context length" in record.error
     assert record.completion_tokens is None
+
+
+def test_an_error_response_body_is_read_by_its_message(real: realsglang.RealServer) -> None:
+    # SGLang's own ErrorResponse ({"object": "error", "message", ...}), here its answer to an invalid chat body
+    refused = httpx.post(real.url + "/v1/chat/completions", json={"model": "m", "messages": "not a list"},
+                         timeout=120)
+    body = refused.json()
+    assert refused.status_code == 400 and body["object"] == "error", body
+    assert stream_error(refused.content) == body["message"] and body["message"]
 
 
 def test_streamed_abort_ends_with_an_abort_finish_reason(real: realsglang.RealServer) -> None:

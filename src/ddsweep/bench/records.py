@@ -119,7 +119,8 @@ def _fill_from_meta(record: RequestRecord, meta: dict) -> None:
         record.error = record.error or abort_message(reason if isinstance(reason, dict) else {})
     done = record.completion_tokens
     if record.finish_reason == "length" and done is not None and record.max_new_tokens and done < record.max_new_tokens:
-        # SGLang lowers max_new_tokens to fit the model's context length or memory and still says `length`
+        # SGLang lowers max_new_tokens (to its memory, SGLANG_MAX_NEW_TOKENS_LIMIT, or the context length with
+        # --allow-auto-truncate) and still says `length`
         record.error = record.error or (f"the server stopped the request at {done} of the {record.max_new_tokens} "
                                         "new tokens asked (finish_reason length): it capped max_new_tokens, e.g. to "
                                         "fit the model's context length")

@@ -123,10 +123,11 @@ def test_where_no_figure_settled_the_highest_widened_lower_bound_leads():
 def test_a_leader_whose_cell_did_not_settle_gets_a_settling_launch(tmp_path):
     far = {"bs8-b8-t4-w2048": [100, 100, 100], "ar": [40, 40, 40]}
     config, previous = _settling(tmp_path, far)
-    assert settle_round(config, tmp_path / "confirm", previous, 2).settle == []  # settled and far ahead
+    # settled and far ahead
+    assert settle_round(config, tmp_path / "screen", tmp_path / "confirm", previous, 2).settle == []
     drifting = tmp_path / "confirm" / "bs8-b8-t4-w2048" / "launch-2" / "bench" / "requests.jsonl"
     drifting.write_text("".join(json.dumps(r) + "\n" for r in requests(100, seed=2, drift=0.05)))
-    assert settle_round(config, tmp_path / "confirm", previous, 2).settle == ["bs8-b8-t4-w2048"]
+    assert settle_round(config, tmp_path / "screen", tmp_path / "confirm", previous, 2).settle == ["bs8-b8-t4-w2048"]
 
 
 def test_larger_launch_noise_keeps_more_points():
@@ -227,7 +228,7 @@ def _settling(tmp_path: Path, speeds: dict[str, list[float]], **screen) -> tuple
 def test_settling_sends_the_leader_and_its_close_rival_to_further_launches_until_settled(tmp_path):
     close = {"bs8-b8-t4-w2048": [100, 100, 100], "bs8-b8-t1-w2048": [99, 99, 99], "ar": [40, 40, 40]}
     config, previous = _settling(tmp_path, close)
-    after_third = settle_round(config, tmp_path / "confirm", previous, 2)
+    after_third = settle_round(config, tmp_path / "screen", tmp_path / "confirm", previous, 2)
     # 1% apart with three launches at launch_cv 0.03: the rival could still be more than 2% better; the baseline,
     # far behind, is settled and launches no more.
     assert after_third.settle == ["bs8-b8-t4-w2048", "bs8-b8-t1-w2048"]
@@ -236,7 +237,7 @@ def test_settling_sends_the_leader_and_its_close_rival_to_further_launches_until
     assert after_third.extra_launches == {}
     for pid in after_third.settle:  # the settling launch (launch 3) puts the rival 10% behind
         _write_screen(tmp_path / "confirm" / pid, "launch-3", requests(100 if pid == "bs8-b8-t4-w2048" else 60))
-    after_fourth = settle_round(config, tmp_path / "confirm", after_third.to_json(), 3)
+    after_fourth = settle_round(config, tmp_path / "screen", tmp_path / "confirm", after_third.to_json(), 3)
     assert after_fourth.extra_launches == {"bs8-b8-t4-w2048": [3], "bs8-b8-t1-w2048": [3]}
     assert after_fourth.to_json()["settle"] == []
 
@@ -247,25 +248,25 @@ def test_settling_stops_after_settle_launches_and_counts_only_the_launches_a_poi
     config, previous = _settling(tmp_path, close, settle_launches=1)
     # left from another study: bs8-b4-t1-w2048 ranks third, so race_keep 2 gives it no settling launch
     _write_screen(tmp_path / "confirm" / "bs8-b4-t1-w2048", "launch-3", requests(1500))
-    after_third = settle_round(config, tmp_path / "confirm", previous, 2)
+    after_third = settle_round(config, tmp_path / "screen", tmp_path / "confirm", previous, 2)
     assert after_third.settle == ["bs8-b8-t4-w2048", "bs8-b8-t1-w2048"]
     for pid in after_third.settle:
         _write_screen(tmp_path / "confirm" / pid, "launch-3", requests(100))
-    last = settle_round(config, tmp_path / "confirm", after_third.to_json(), 3)
+    last = settle_round(config, tmp_path / "screen", tmp_path / "confirm", after_third.to_json(), 3)
     assert last.settle == []  # still unsettled, but the one settling launch has run
     assert set(last.extra_launches) == {"bs8-b8-t4-w2048", "bs8-b8-t1-w2048"}
     assert last.best["priority:latency_first"] == "bs8-b8-t4-w2048"  # the stale 1500 tok/s launch is ignored
     assert settle_round(demo_config(sweep={"strategy": "adaptive", "screen": {"settle_launches": 0}}),
-                        tmp_path / "confirm", previous, 2).settle == []
+                        tmp_path / "screen", tmp_path / "confirm", previous, 2).settle == []
 
 
 def test_settling_keeps_at_most_race_keep_points_per_priority(tmp_path):
     close = {"bs8-b8-t4-w2048": [100] * 3, "bs8-b8-t1-w2048": [99.5] * 3, "bs8-b4-t1-w2048": [99] * 3}
     config, previous = _settling(tmp_path, close, race_keep=None)
-    assert len(settle_round(config, tmp_path / "confirm", previous, 2).settle) == 3
+    assert len(settle_round(config, tmp_path / "screen", tmp_path / "confirm", previous, 2).settle) == 3
     config, previous = _settling(tmp_path / "capped", close, race_keep=2)
-    assert settle_round(config, tmp_path / "capped" / "confirm", previous, 2).settle == ["bs8-b8-t4-w2048",
-                                                                                          "bs8-b8-t1-w2048"]
+    capped = settle_round(config, tmp_path / "capped" / "screen", tmp_path / "capped" / "confirm", previous, 2)
+    assert capped.settle == ["bs8-b8-t4-w2048", "bs8-b8-t1-w2048"]
 
 
 def test_refinement_is_around_the_best_points_or_every_survivor(tmp_path):
@@ -333,13 +334,13 @@ def test_rounds_list_refinement_points_and_the_funnel_counts_each_stage(tmp_path
         "job_min"] == 4.0 * len(candidates) + 10.0
     assert doc["gpu_hours"]["screen"] == 4.0 * 8 / 60
     assert doc["dropped_by_rule"] == {"band": 2, "widened band": 0, "race cap": 0}
-    # the jobs that ran in the plan's cost model: 2 baseline launches, 5 screenings, 2 launches of each confirmed
-    # candidate and its coding eval
+    # the jobs that ran in the plan's cost model: 2 baseline launches, 5 screenings, the second launch of each
+    # confirmed candidate (its screening stood for the first) and its coding eval
     doc["cost"] = cost = cost_against_grid(config, doc, 2, tmp_path)
     jobs, n = job_minutes(config, 0.0), len(candidates)
     assert cost["cells"] == 0 and cost["unsettled_share"] == 0.0  # these hand-made jobs recorded no cells.json
     assert cost["jobs_estimate_min"] == pytest.approx(2 * jobs["baseline"] + 5 * jobs["screen"]
-                                                      + n * sum(jobs["launches"]) + n * jobs["coding"])
+                                                      + n * jobs["launches"][1] + n * jobs["coding"])
     grid = stage_estimates(config)["grid"]["expected_min"]
     assert cost["ratio_to_grid"] == pytest.approx(cost["jobs_estimate_min"] / grid)
     text = render_funnel(doc, simulated=True)

@@ -125,8 +125,9 @@ def test_the_best_case_is_the_baselines_the_screening_and_one_candidate_through_
     stages = stage_estimates(config)
     jobs = job_minutes(config)
     best = {name: stage["best_min"] for name, stage in stages.items()}
-    # one candidate runs every confirmation launch and the coding eval; no refinement point survives
-    assert best["confirm"] == pytest.approx(sum(jobs["launches"]) + jobs["coding"])
+    # one candidate runs every confirmation launch but the first, which its screening stood for, and the coding
+    # eval; no refinement point survives
+    assert best["confirm"] == pytest.approx(sum(jobs["launches"][1:]) + jobs["coding"])
     assert best["refine"] == 0 < stages["refine"]["expected_min"]
     assert (best["baselines"], best["screen"]) == (stages["baselines"]["worst_min"], stages["screen"]["worst_min"])
     floor = sum(best[name] for name in STAGES)
@@ -150,9 +151,9 @@ def test_the_race_cap_bounds_the_worst_case_confirmation():
     assert no_bound is None and bound < entering
     assert f"at most {bound} run the later confirmation launches" in stage_plan(capped_config)
     assert "every point entering the confirmation may run every confirmation launch" in stage_plan(config)
-    # all entering points run the first launch; only `bound` of them the second and the coding eval
-    first = job_minutes(config)["launches"][0]
-    assert capped == pytest.approx(uncapped - (entering - bound) * (uncapped / entering - first))
+    # the screening stands for the entering points' first launch; only `bound` of them run the second and the
+    # coding eval
+    assert capped == pytest.approx(uncapped * bound / entering)
 
 
 def test_every_refinement_point_a_selection_can_list_resolves_to_itself():

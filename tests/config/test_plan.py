@@ -272,12 +272,13 @@ def test_the_plan_on_slurm_counts_the_reference_runs_and_every_start_up(study, t
 def test_auto_runs_adaptive_only_when_it_is_expected_to_cost_less_than_the_grid(study):
     big = copy.deepcopy(study)
     big["sweep"]["strategy"] = "auto"
-    # few points that are all expected to survive: the screening saves nothing and the confirmation's start-ups
-    # (one per repeat) cost more than the grid's one per point
+    # few points that are all expected to survive, in one launch each: the screening saves nothing and cannot
+    # stand for the one launch of the whole matrix, so each confirmed point costs its screening more than the grid
     small = small_grid(study)
     small["sweep"]["grid"] = {"budget": [8], "topk": [4], "block_size": [8, 16], "window": [2048]}
     small["sweep"]["strategy"] = "auto"
     small["sweep"]["screen"]["expected_survivors"] = 1.0
+    small["sweep"]["launches"] = 1
     choices = [strategy_choice(validate_config(c)) for c in (big, small)]
     for choice in choices:
         assert choice["chosen"] == ("adaptive" if choice["adaptive_expected_min"] < choice["grid_expected_min"]
@@ -310,7 +311,9 @@ def test_the_share_of_cells_that_do_not_settle_comes_from_the_setting_earlier_re
 
 
 def test_unsettled_cells_run_to_their_cap_in_both_strategies_and_keep_their_screened_points(study):
-    config = validate_config({**study, "sweep": {**study["sweep"], "strategy": "adaptive"}})
+    # without the race's cap, every candidate the screening keeps runs the later launches
+    sweep = {**study["sweep"], "strategy": "adaptive", "screen": {**study["sweep"]["screen"], "race_keep": None}}
+    config = validate_config({**study, "sweep": sweep})
     settled, half = stage_estimates(config, 0.0), stage_estimates(config, 0.5)
     bench, est = config["benchmark"], config["resources"]["estimate"]
     cells = len(benchmark_cells(bench)) * bench["repeats"] * settled["grid"]["points"]
@@ -324,6 +327,7 @@ def test_unsettled_cells_run_to_their_cap_in_both_strategies_and_keep_their_scre
 def test_auto_counts_instability_and_keeps_the_strategy_it_chose_first(study, tmp_path):
     config = small_grid(study)
     config["sweep"]["strategy"] = "auto"
+    config["sweep"]["launches"] = 1  # every confirmed point pays its screening besides its one launch
     config["sweep"]["screen"]["unsettled_share"] = 0.0
     choice = strategy_choice(validate_config(config))
     assert choice["chosen"] == "adaptive" and choice["unsettled_share"] == 0.0

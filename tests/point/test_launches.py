@@ -71,6 +71,20 @@ def test_a_grid_points_launches_keep_their_repeats_in_order_and_list_them(tmp_pa
     assert read_launch_map(out) == {0: 0, 1: 0, 2: 1}
 
 
+def test_an_adaptive_candidates_screening_is_its_launch_0_before_its_confirmation_launch(tmp_path):
+    """results/screen/<id> stands for launch 0 (one repeat), results/confirm/<id>/launch-1 ran three."""
+    screening = tmp_path / "screen" / "bs8-b8-t4-w2048"
+    _launch(tmp_path / "staging", 0, 90.0).rename(screening.parent.mkdir(parents=True) or screening)
+    last = _launch(tmp_path / "confirm", 1, 100.0, repeats=3)
+    out = tmp_path / "points" / "bs8-b8-t4-w2048"
+    merge_launches([last, screening], out)
+    cells = json.loads((out / "bench" / "cells.json").read_text())
+    assert [(c["repeat"], c["launch"], c["output_throughput_tok_s"]) for c in cells["cells"]] == [
+        (0, 0, 90.0), (3, 1, 100.0), (4, 1, 101.0), (5, 1, 102.0)]
+    assert [entry["dir"] for entry in json.loads((out / "launches.json").read_text())["launches"]] == [
+        str(screening), str(last)]
+
+
 def test_the_coding_eval_comes_from_the_launch_that_ran_it(tmp_path):
     launches = [_launch(tmp_path / "confirm", k, 100.0) for k in range(3)]
     (launches[2] / "coding").mkdir()

@@ -84,25 +84,25 @@ def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by
         job = f"confirm/{pid}/launch-0" if pid in baselines else f"screen/{pid}"
         assert (adaptive_run / "results" / job / "status.json").exists(), pid
     assert not any((adaptive_run / "results" / "screen" / pid).exists() for pid in baselines)
-    # The race: launch 1 (of the grid's 2) runs for the candidates the selection after launch 0 keeps; that
-    # record lists the confirmed points, which alone have every launch merged into results/points/. Then
-    # settling rounds, until one leaves nothing unsettled (how many depends on timing noise): the record of the
-    # last lists the settling launches each point ran, merged as further repeats of the regime cells.
+    # The race: the screening stands for a candidate's launch 0 (of the grid's 2), and the final selection, the
+    # race's first round, lists the confirmed points, which alone run launch 1 and have every launch merged into
+    # results/points/. Then settling rounds, until one leaves nothing unsettled (how many depends on timing
+    # noise): the record of the last lists the settling launches each point ran, merged as further repeats of the
+    # regime cells.
     races = [json.loads(path.read_text()) for path in sorted((adaptive_run / "results" / "confirm").glob("race-*"))]
-    assert set(races[0]["survivors"]) <= set(selection["survivors"])
     assert {"ar", "dflash-bs8-w2048"} <= set(races[0]["survivors"])
-    assert all(race["survivors"] == races[0]["survivors"] for race in races[1:])
-    assert races[-1]["settle"] == [] and all(race["settle"] for race in races[1:-1])
+    assert all(race["survivors"] == selection["survivors"] for race in races)
+    assert races[-1]["settle"] == [] and all(race["settle"] for race in races[:-1])
     extra = races[-1]["extra_launches"]
-    entered = [selection["survivors"], [p for p in races[0]["survivors"] if p not in baselines]]
-    for pid in selection["survivors"]:
+    for pid in selection["survivors"]:  # a baseline's one launch 0, a candidate's launch 1, the settling launches
         launches = sorted((adaptive_run / "results" / "confirm" / pid).glob("launch-*/status.json"))
-        assert len(launches) == sum(pid in points for points in entered) + len(extra.get(pid, [])), pid
+        assert [p.parent.name for p in launches][:1] == ["launch-0" if pid in baselines else "launch-1"], pid
+        assert len(launches) == 1 + len(extra.get(pid, [])), pid
     regime_cells = {(128, 1), (128, 8)}  # the regimes a priority weighs: latency and throughput
     matrix = {(context, c) for context in (128, 2048) for c in (1, 4, 8)}
-    for pid in selection["survivors"]:  # a candidate's first launch measures only what the race compares
-        first = json.loads((adaptive_run / "results" / "confirm" / pid / "launch-0" / "bench" / "cells.json")
-                           .read_text())
+    for pid in selection["survivors"]:  # a candidate's first launch, its screening, measures what the race compares
+        first = json.loads((adaptive_run / "results" / ("confirm" if pid in baselines else "screen") / pid
+                            / ("launch-0" if pid in baselines else "") / "bench" / "cells.json").read_text())
         measured = {(c["context"], c["concurrency"]) for c in first["cells"]}
         assert measured == (matrix if pid in baselines else regime_cells), pid
     for pid in races[0]["survivors"]:
@@ -113,19 +113,19 @@ def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by
         assert set(repeats) == matrix, pid
         for cell, seen in repeats.items():
             # every cell: every repeat (a baseline's one launch, a candidate's last); the regime cells besides: a
-            # candidate's first launch (one repeat, the smaller share) and the settling launches
+            # candidate's screening (one repeat, the smaller share) and the settling launches
             earlier = (pid not in baselines) + len(extra.get(pid, []))
             assert len(seen) == 3 + (earlier if cell in regime_cells else 0), (pid, cell)
     assert sorted(p.name for p in (adaptive_run / "results" / "points").iterdir()) == sorted(races[0]["survivors"])
     assert [r["stage"] for r in races[-1]["rounds"]] == [
-        "screen", "refine", "confirm launch 1", *(f"settle after launch {k}" for k in range(2, len(races) + 1))]
+        "screen", "refine", *(f"settle after launch {k}" for k in range(2, len(races) + 2))]
     selection = races[-1]
     assert not set(selection["dropped"]) & set(selection["survivors"])
     funnel = json.loads((adaptive_run / "results" / "screen" / "funnel.json").read_text())
     assert funnel["stages"]["screen"]["points"] == 3  # the grid's 3 (budget 4, topk 4 is an alias)
     assert funnel["stages"]["baselines"]["points"] == 3  # measured once each, not screened
     assert funnel["stages"]["refine"]["points"] == len(selection["refine"])
-    assert funnel["stages"]["confirm"]["points"] == len(entered[0]) - 3
+    assert funnel["stages"]["confirm"]["points"] == len(selection["survivors"]) - 3
     assert funnel["stages"]["settle"]["points"] == len(extra)
     assert funnel["survivors"] == selection["survivors"]
     assert all(stage["job_min"] > 0 for stage in funnel["stages"].values() if stage["points"])
@@ -188,14 +188,17 @@ def test_a_new_confirmation_benchmark_reruns_every_launch_and_unsettled_picks_se
     assert screened and not screened & set(re.findall(r"output: results/screen/([\w.-]+)/done\.json", output))
     ran = {k for _, k in re.findall(r"wildcards: apoint=([\w.-]+), launch=(\d+)", output)}
     assert {"0", "1", "2"} <= ran <= {"0", "1", "2", "3"}
-    # Every launch of every confirmed point ran with the new setting: no merged point mixes old and new launches.
+    # Every confirmation launch of every confirmed point ran with the new setting: no merged point mixes old and
+    # new launches; a candidate's screening, its launch 0, keeps its own requests (sweep.screen.requests_per_cell).
     confirm = adaptive_run / "results" / "confirm"
-    race = json.loads((confirm / "race-0.json").read_text())
-    for pid in race["survivors"]:
+    selection = json.loads((adaptive_run / "results" / "screen" / "selection.json").read_text())
+    for pid in selection["survivors"]:
         cells = json.loads((adaptive_run / "results" / "points" / pid / "bench" / "cells.json").read_text())["cells"]
-        # every repeat, and a candidate's first launch (its regime cells) besides
+        # every repeat, and a candidate's screening (its regime cells) besides
         assert len({c["repeat"] for c in cells if c["launch"] < 2}) == (3 if pid in BASELINES else 4), pid
-        assert all(c["requests"] >= max(6, c["concurrency"]) for c in cells), pid  # at least C per cell
+        screening = pid not in BASELINES
+        assert all(c["requests"] >= max(4 if screening and c["launch"] == 0 else 6, c["concurrency"])
+                   for c in cells), pid  # at least C per cell
     # The settling launch measures the regime cells only, merged as a further repeat of them.
     first, last = (json.loads((confirm / f"race-{k}.json").read_text()) for k in (1, 2))
     assert len(first["settle"]) >= 2 and last["settle"] == []

@@ -5,6 +5,7 @@ from ddsweep.adaptive.refinement import resolve_point
 from ddsweep.adaptive.stages import (
     confirm_launches,
     confirm_record,
+    first_confirm_launch,
     running_baselines,
     screen_ids,
     screen_record,
@@ -12,6 +13,8 @@ from ddsweep.adaptive.stages import (
 )
 
 LAUNCHES = confirm_launches(STUDY)
+# a candidate's first confirmation launch: 1 where its screening stands for launch 0
+FIRST = first_confirm_launch(STUDY)
 SETTLE = settle_launches(STUDY)
 # measured once, in their confirmation launch 0 (every repeat, the coding eval), which stands for their screening
 BASELINES = running_baselines(STUDY)
@@ -40,13 +43,20 @@ def refined_screen_files(wildcards):
     return expand("results/screen/{apoint}/done.json", apoint=round1["refine"])
 
 
+def selected_points():
+    """The final selection's survivors (checkpoint screen_final): the baselines it keeps and the candidates that
+    enter the confirmation."""
+    return json.loads(Path(checkpoints.screen_final.get().output[0]).read_text())["survivors"]
+
+
 def race_points(launch):
-    """The points that run confirmation launch LAUNCH: the final selection's survivors for launch 0 (the
-    baselines' launch 0 ran before the selection), then the candidates the race kept after the previous launch
-    (checkpoint confirm_race; the baselines run no later launch); for a settling launch (after the configured
-    ones), the points the previous round left unsettled."""
-    if launch == 0:
-        return json.loads(Path(checkpoints.screen_final.get().output[0]).read_text())["survivors"]
+    """The points that run confirmation launch LAUNCH: the final selection's survivors for the candidates' first
+    launch (FIRST; the baselines' launch 0 ran before the selection, and where the screening stands for launch 0 no
+    candidate runs it), then the candidates the race kept after the previous launch (checkpoint confirm_race; the
+    baselines run no later launch); for a settling launch (after the configured ones), the points the previous
+    round left unsettled."""
+    if launch <= FIRST:
+        return [p for p in selected_points() if launch == 0 or p not in BASELINES] if launch == FIRST else []
     race = json.loads(Path(checkpoints.confirm_race.get(launch=str(launch - 1)).output[0]).read_text())
     if launch < LAUNCHES:
         return [p for p in race["survivors"] if p not in BASELINES]
@@ -56,7 +66,7 @@ def race_points(launch):
 def confirmed_points():
     """The points that ran every confirmation launch, and the baselines (known once the last race checkpoint has
     run)."""
-    kept = [p for p in race_points(0) if p in BASELINES]
+    kept = [p for p in selected_points() if p in BASELINES]
     return list(dict.fromkeys([*kept, *race_points(LAUNCHES - 1)]))
 
 
@@ -67,25 +77,27 @@ def confirmed_done_files(wildcards):
 
 def final_selection(wildcards):
     """The last selection record: with settling, the round after the last launch that ran; without, the race
-    after the second-to-last launch, or the screening's selection."""
+    after the second-to-last launch, or the screening's selection (where it is the race's last round)."""
     if SETTLE:
         last = LAUNCHES - 1
         while last + 1 < LAUNCHES + SETTLE and race_points(last + 1):
             last += 1
         return checkpoints.confirm_race.get(launch=str(last)).output[0]
-    if LAUNCHES > 1:
+    if LAUNCHES - 2 >= FIRST:
         return f"results/confirm/race-{LAUNCHES - 2}.json"
     return "results/screen/selection.json"
 
 
 def point_launch_files(wildcards):
-    """A confirmed point's launch markers: the configured launches (a baseline's one) and the settling launches
-    it ran."""
-    launches = [0] if wildcards.apoint in BASELINES else list(range(LAUNCHES))
+    """A confirmed point's launch markers: the configured launches (a baseline's one; a candidate's screening where
+    it stands for launch 0) and the settling launches it ran."""
+    baseline = wildcards.apoint in BASELINES
+    launches = [0] if baseline else list(range(FIRST, LAUNCHES))
     if SETTLE:
         final = json.loads(Path(final_selection(wildcards)).read_text())
         launches += final["extra_launches"].get(wildcards.apoint, [])
-    return expand("results/confirm/{apoint}/launch-{k}/done.json", apoint=wildcards.apoint, k=launches)
+    screening = [] if baseline or not FIRST else [f"results/screen/{wildcards.apoint}/done.json"]
+    return screening + expand("results/confirm/{apoint}/launch-{k}/done.json", apoint=wildcards.apoint, k=launches)
 
 
 def race_launch_files(wildcards):
@@ -98,4 +110,4 @@ def race_previous(wildcards):
     """The selection that put the points in race k: the race before it, or the screening's selection. Its own
     input function, so that a dry run can name it before the checkpoints have run."""
     k = int(wildcards.launch)
-    return f"results/confirm/race-{k - 1}.json" if k > 0 else "results/screen/selection.json"
+    return f"results/confirm/race-{k - 1}.json" if k > FIRST else "results/screen/selection.json"

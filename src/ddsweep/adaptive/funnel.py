@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from ddsweep.adaptive.selection import RULES
-from ddsweep.adaptive.stages import STAGES, job_minutes, recorded_cells, stage_estimates
+from ddsweep.adaptive.stages import STAGES, first_confirm_launch, job_minutes, recorded_cells, stage_estimates
 from ddsweep.analysis.text import first_line
 
 
@@ -104,6 +104,8 @@ def cost_against_grid(config: dict, doc: dict, launches: int, results_dir: Path)
     launched = [confirmed] * launches
     for n in doc.get("race_launches", {}).values():
         launched[:n] = [k + 1 for k in launched[:n]]
+    if first_confirm_launch(config):  # the screening, counted above, stood for every candidate's launch 0
+        launched[0] = 0
     settled = sum(len(ks) for ks in doc.get("extra_launches", {}).values())
     screened = doc["stages"]["screen"]["points"] + doc["stages"]["refine"]["points"]
     ran = (base * jobs["baseline"] + screened * jobs["screen"] + confirmed * jobs["coding"]

@@ -8,16 +8,23 @@ from pathlib import Path
 
 from ddsweep.adaptive.screening import load_launch, priority_scores, regime_scores
 from ddsweep.adaptive.selection import Selection, bands, carry_over, select
-from ddsweep.adaptive.stages import confirm_launches, screen_settings, settle_launches
+from ddsweep.adaptive.stages import (
+    baseline_ids,
+    confirm_launches,
+    first_confirm_launch,
+    screen_settings,
+    settle_launches,
+)
 
 
 def race_round(config: dict, screen_dir: Path, confirm_dir: Path, previous: dict, launch: int) -> Selection:
     """The selection after confirmation launch LAUNCH (0-based) of the points still in the race (`previous`'s
-    survivors): each point's screening launch and its confirmation launches 0..LAUNCH count as launches. A point
-    none of whose launches completed stays in (its merged result records the failure); the baselines always stay.
-    From the last configured launch on, the round settles the priorities' picks instead (`settle_round`)."""
+    survivors): each point's screening launch and its confirmation launches up to LAUNCH count as launches (where
+    the screening stands for launch 0, a candidate has no launch 0 of its own). A point none of whose launches
+    completed stays in (its merged result records the failure); the baselines always stay. From the last
+    configured launch on, the round settles the priorities' picks instead (`settle_round`)."""
     if launch >= confirm_launches(config) - 1:
-        return settle_round(config, confirm_dir, previous, launch)
+        return settle_round(config, screen_dir, confirm_dir, previous, launch)
     candidates = list(previous["survivors"])
     launches: dict[str, list[list[dict]]] = {}
     for pid in candidates:
@@ -33,21 +40,24 @@ def race_round(config: dict, screen_dir: Path, confirm_dir: Path, previous: dict
     return selection
 
 
-def settle_round(config: dict, confirm_dir: Path, previous: dict, launch: int) -> Selection:
+def settle_round(config: dict, screen_dir: Path, confirm_dir: Path, previous: dict, launch: int) -> Selection:
     """After confirmation launch LAUNCH (the last configured one or a settling launch): per priority, over the
-    confirmed points' confirmation launches, the leader and the rivals whose band of their difference to it reaches
-    `analysis.equivalence_margin` (they could beat it by more than the margin) run one more settling launch, at
-    most `sweep.screen.race_keep` of them per priority, until none is unsettled or `sweep.screen.settle_launches`
-    have run. The confirmed points do not change; the record lists the next launch's points (`settle`) and the
-    settling launches each point ran (`extra_launches`)."""
+    confirmed points' launches (as merged: a candidate's screening where it stands for launch 0), the leader and
+    the rivals whose band of their difference to it reaches `analysis.equivalence_margin` (they could beat it by
+    more than the margin) run one more settling launch, at most `sweep.screen.race_keep` of them per priority,
+    until none is unsettled or `sweep.screen.settle_launches` have run. The confirmed points do not change; the
+    record lists the next launch's points (`settle`) and the settling launches each point ran (`extra_launches`)."""
     configured, settings = confirm_launches(config), screen_settings(config)
     extra = {pid: list(ks) for pid, ks in previous.get("extra_launches", {}).items()}
     if launch >= configured:
         for pid in previous.get("settle", []):
             extra.setdefault(pid, []).append(launch)
-    confirmed = list(previous["survivors"])
-    launches = {pid: [records for k in [*range(configured), *extra.get(pid, [])]
-                      if (records := load_launch(Path(confirm_dir) / pid / f"launch-{k}"))]
+    confirmed, baselines = list(previous["survivors"]), set(baseline_ids(config))
+    first = first_confirm_launch(config)
+    launches = {pid: [records for d in [*([Path(screen_dir) / pid] if first and pid not in baselines else []),
+                                        *(Path(confirm_dir) / pid / f"launch-{k}"
+                                          for k in [*range(configured), *extra.get(pid, [])])]
+                      if (records := load_launch(d))]
                 for pid in confirmed}
     measured = {pid: runs for pid, runs in launches.items() if runs}
     margin = float(config.get("analysis", {}).get("equivalence_margin", 0.02))

@@ -6,10 +6,11 @@ survives, together with the `ar` and DFlash baselines (measured once, in one ful
 part in the comparisons but are never dropped, capped or raced). A figure whose cell did not settle keeps its
 evidence with a band widened by its instability, and is never the best at its own value: the best is the highest
 figure that settled, or an unsettled one only where even its lower bound, widened, lies above every settled
-figure. The same selection runs again after each confirmation launch but the last (the race, adaptive/race.py),
-on every launch of each point so far, and there keeps at most `sweep.screen.race_keep` of the remaining
-candidates per place, the best by their figures so far: a place whose leader no rival can still beat keeps the
-leader alone. See docs/adaptive.md.
+figure. Where the study has several launches, the screening stands for a candidate's first launch, and the
+final selection (after the refinement) is the race's first round: it keeps at most `sweep.screen.race_keep` of the
+remaining candidates per place, the best by their figures so far (a place whose leader no rival can still beat
+keeps the leader alone). The same selection runs again after each confirmation launch but the last (the race,
+adaptive/race.py), on every launch of each point so far, with the same cap. See docs/adaptive.md.
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ from ddsweep.adaptive.screening import (
     regime_scores,
     two_sided_z,
 )
-from ddsweep.adaptive.stages import baseline_ids, running_baselines, screen_settings, selection_places
+from ddsweep.adaptive.stages import (
+    baseline_ids,
+    first_confirm_launch,
+    running_baselines,
+    screen_settings,
+    selection_places,
+)
 
 
 @dataclass
@@ -204,8 +211,9 @@ def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous:
                  confirm_dir: Path | None = None) -> Selection:
     """Round 1 (previous None): select among the configured points and list refinement points around the
     screening's best points (`sweep.refine_around: best`) or all its survivors. Final round: select again among
-    round-1 survivors and the refinement points. A baseline's figures come from its one full launch
-    (CONFIRM_DIR/<id>/launch-0, default beside SCREEN_DIR), which stands for its screening."""
+    round-1 survivors and the refinement points; where the screening stands for the candidates' first launch
+    (`first_confirm_launch`), this is the race's first round, with its cap. A baseline's figures come from its one
+    full launch (CONFIRM_DIR/<id>/launch-0, default beside SCREEN_DIR), which stands for its screening."""
     baselines = running_baselines(config)
     candidates = ([*point_ids, *(p for p in baselines if p not in point_ids)] if previous is None
                   else list(dict.fromkeys([*previous["survivors"], *previous["refine"]])))
@@ -217,7 +225,7 @@ def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous:
             failed.append(pid)
         else:
             requests[pid] = [records]
-    selection = select(config, requests)
+    selection = select(config, requests, race=previous is not None and first_confirm_launch(config) == 1)
     selection.failed = failed
     stage = {"stage": "screen" if previous is None else "refine", "entered": len(candidates),
              "kept": len(selection.survivors)}

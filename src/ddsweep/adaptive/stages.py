@@ -5,8 +5,9 @@ the full matrix with every repeat and the coding eval; they are references, not 
 a short screening run of every other point (the selected regimes' cells only, few requests, one launch, no coding
 eval), a selection that keeps every point that could still be the best (adaptive/selection.py), an optional
 refinement that screens knob values between the grid's (`sweep.refine`, adaptive/refinement.py), and a confirmation
-race of the survivors in the grid's launches (`sweep.launches`): the launches before the last measure the regime
-cells the race compares with the grid's share of the repeats, the last the whole matrix with every repeat.
+race of the survivors in the grid's launches (`sweep.launches`), the screening standing for the first: the launches
+before the last measure the regime cells the race compares with the grid's share of the repeats, the last the whole
+matrix with every repeat.
 """
 
 from __future__ import annotations
@@ -212,6 +213,13 @@ def confirm_launches(config: dict) -> int:
     return launch_count(config)
 
 
+def first_confirm_launch(config: dict) -> int:
+    """The first confirmation launch a candidate runs: 1 where the study has several launches (its screening job,
+    a launch of the regime cells, stands for launch 0, so a confirmed candidate starts as many servers as a grid
+    point does), else 0 (the one launch must run the whole matrix). The baselines run launch 0 only."""
+    return 1 if confirm_launches(config) > 1 else 0
+
+
 def confirm_shares(config: dict) -> list[int]:
     """Repeats of each confirmation launch. The race's launches before the last (the regime cells only) take the
     configured repeats split as in the grid, the smaller share first, so that a point the race drops after its
@@ -305,12 +313,12 @@ def stage_estimates(config: dict, unsettled: float = 0.0) -> dict[str, dict[str,
     first, later = jobs["launches"][0], sum(jobs["launches"][1:])
 
     def confirm_min(entering: float, cap: float | None) -> float:
-        """Every entering candidate runs the first launch; at most `cap` (None: all) run the later ones, and the
-        coding eval in the last."""
+        """With one launch, every entering candidate runs it and the coding eval. With several, the screening
+        stands for the first and at most `cap` (None: all) run the later ones, and the coding eval in the last."""
         if len(jobs["launches"]) <= 1:
             return entering * (first + jobs["coding"])
         going_on = entering if cap is None else min(entering, cap)
-        return entering * first + going_on * (later + jobs["coding"])
+        return going_on * (later + jobs["coding"])
 
     keep = screen_cfg.get("race_keep")
     settling = min(n + n_base + n_refine, keep * len(config.get("analysis", {}).get("priorities", {})) if keep
@@ -381,6 +389,8 @@ def format_stage_plan(config: dict, results_dir: Path | None = None) -> list[str
             "(sweep.screen.race_keep per place the selection compares), expected "
             f"{race_expected(config)} (race_keep per priority); the baselines run one launch of every repeat"
             if bound is not None else "every point entering the confirmation may run every confirmation launch")
+    if first_confirm_launch(config):
+        race = f"the screening stands for each candidate's first launch; {race}"
     settle = (f"settling: at most {settle_launches(config)} launch(es) of the regime cells for at most "
               f"{stages['settle']['points']} points, counted at that bound in both columns"
               if settle_launches(config) else "settling: none (sweep.screen.settle_launches: 0)")

@@ -37,8 +37,10 @@ def _read_json(path: Path) -> dict:
 
 
 def launch_number(directory: Path) -> int:
-    """k of a launch directory `launch-<k>`."""
-    return int(Path(directory).name.rsplit("-", 1)[-1])
+    """k of a launch directory `launch-<k>`; 0 for any other directory: an adaptive candidate's screening job
+    (results/screen/<id>), which stands for its launch 0."""
+    name = Path(directory).name
+    return int(name.removeprefix("launch-")) if name.startswith("launch-") else 0
 
 
 def merge_launches(launch_dirs: list[Path], out_dir: Path) -> dict:

@@ -16,11 +16,12 @@ job records and refinement come from `ddsweep.adaptive.stages` and `ddsweep.adap
   study that is as good as the grid repeats the grid's correct picks. Launch noise is independent between
   studies, as it is between two studies on a cluster, so "correct where the grid is" has this floor.
 - adaptive: every point screened (one launch, `sweep.screen.requests_per_cell`, regime cells), selection,
-  refinement points screened, final selection, then the confirmation race: launch k of every point still in it,
-  and after each launch but the last the package's race selection (`ddsweep.adaptive.race.race_round`, with
-  `sweep.screen.race_keep`); the launches before the last cost a launch of the regime cells, the last one of the
-  whole matrix and the coding eval, as the workflow runs them (`ddsweep.adaptive.stages.confirm_record`); figure =
-  mean of the confirmed point's launches.
+  refinement points screened, final selection (with several launches, the race's first round: the screening
+  stands for launch 0), then the confirmation race: launch k of every point still in it, and after each launch but
+  the last the package's race selection (`ddsweep.adaptive.race.race_round`, with `sweep.screen.race_keep`); the
+  launches before the last cost a launch of the regime cells, the last one of the whole matrix and the coding eval,
+  as the workflow runs them (`ddsweep.adaptive.stages.confirm_record`); figure = mean of the confirmed point's
+  launches, its screening among them where it stood for launch 0.
 
 Both recommend per priority the point with the best priority score (the weighted geometric mean of regime
 figures relative to the best, as the summary ranks them). A recommendation is correct when its true priority
@@ -61,6 +62,7 @@ from ddsweep.adaptive.selection import select_round
 from ddsweep.adaptive.stages import (
     confirm_benchmark,
     confirm_launches,
+    first_confirm_launch,
     regime_benchmark,
     running_baselines,
     screen_benchmark,
@@ -76,7 +78,8 @@ PARAMS = ModelParams()
 
 
 def study(assumed_cv: float, refine_step: int, confidence: float | None = None, race_keep: int | None = None,
-          budgets: list[int] | None = None, settle: int | None = None, unsettled: bool = False) -> dict:
+          budgets: list[int] | None = None, settle: int | None = None, unsettled: bool = False,
+          screen_requests: int = 8) -> dict:
     """The default study as an adaptive one, refining the budget in steps of `refine_step` (0: no refinement);
     `confidence`, `race_keep` (0: no cap), the grid's `budgets` and `settle` (the most settling launches)
     override the defaults when given. Its cells are counted (no window), unless `unsettled`: then they keep the
@@ -88,7 +91,7 @@ def study(assumed_cv: float, refine_step: int, confidence: float | None = None, 
         config["benchmark"]["min_window_s"] = 0
     if budgets:
         config["sweep"]["grid"]["budget"] = budgets
-    screen = {"requests_per_cell": 8, "launch_cv": assumed_cv}
+    screen = {"requests_per_cell": screen_requests, "launch_cv": assumed_cv}
     if confidence:
         screen["confidence"] = confidence
     if race_keep is not None:
@@ -282,14 +285,18 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
         (directory / "bench" / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         (directory / "status.json").write_text("{}")
 
+    baselines = set(running_baselines(config))
+    runs: dict[str, list[list[dict]]] = {}
+    first = first_confirm_launch(config)
+
     def screen(point: Point) -> None:
+        """A screening job; where it stands for the candidate's launch 0, its requests are merged as that launch."""
         nonlocal minutes
         records = measure(config, point, n_screen, math.exp(rng.gauss(0, launch_cv)), rng, "screen")
         write_launch(workdir / "screen" / point.point_id, records)
+        if first:
+            runs[point.point_id] = [records]
         minutes += job_minutes(config, sbench, False)
-
-    baselines = set(running_baselines(config))
-    runs: dict[str, list[list[dict]]] = {}
 
     def launch(point: Point, k: int, matrix: dict, coding: bool) -> None:
         """Launch k of a point: `matrix`'s repeats at one launch factor, written as one launch; it costs a launch of
@@ -316,7 +323,7 @@ def run_adaptive(config: dict, rng: random.Random, launch_cv: float, workdir: Pa
     all_points = {**points, **refined}
     entered = len([p for p in race.survivors if p not in baselines])
     last = confirm_launches(config) - 1
-    for k in range(last + 1):
+    for k in range(first, last + 1):
         for pid in race.survivors:  # launch k of every candidate still in the race (interleaved in the workflow)
             if pid not in baselines:
                 launch(all_points[pid], k, confirm_benchmark(config, k), k == last)
@@ -358,9 +365,10 @@ def main() -> int:
                         help="the grid's budgets, comma-separated (default: config/config.yaml's 4,8,12,16)")
     parser.add_argument("--unsettled", action="store_true",
                         help="keep the default config's windowed cells: every screened cell is then unsettled")
+    parser.add_argument("--screen-requests", type=int, default=8, help="sweep.screen.requests_per_cell")
     args = parser.parse_args()
     config = study(args.assumed_cv, args.refine_step, args.confidence, args.race_keep, args.budgets,
-                   args.settle_launches, args.unsettled)
+                   args.settle_launches, args.unsettled, args.screen_requests)
     grid_points = running_points(config)  # the points the workflow runs: one per alias group
 
     def truth(name: str, pick: str) -> float:

@@ -85,6 +85,17 @@ def test_an_adaptive_candidates_screening_is_its_launch_0_before_its_confirmatio
         str(screening), str(last)]
 
 
+def test_a_candidate_whose_confirmation_launch_failed_is_failed_though_its_screening_measured(tmp_path):
+    screening = tmp_path / "screen" / "bs8-b8-t4-w2048"
+    _launch(tmp_path / "staging", 0, 90.0).rename(screening.parent.mkdir(parents=True) or screening)
+    last = _launch(tmp_path / "confirm", 1, 100.0, repeats=3)
+    _fail(last)
+    status = merge_launches([screening, last], tmp_path / "points" / "bs8-b8-t4-w2048")
+    assert status["status"] == "failed" and status["error_kind"] == "server_crash", status
+    with pytest.raises(MergeError, match="makes no point alone"):
+        merge_launches([screening], tmp_path / "alone")
+
+
 def test_the_coding_eval_comes_from_the_launch_that_ran_it(tmp_path):
     launches = [_launch(tmp_path / "confirm", k, 100.0) for k in range(3)]
     (launches[2] / "coding").mkdir()

@@ -118,7 +118,7 @@ def test_adaptive_study_screens_every_point_and_confirms_the_survivors_launch_by
             assert len(seen) == 3 + (earlier if cell in regime_cells else 0), (pid, cell)
     assert sorted(p.name for p in (adaptive_run / "results" / "points").iterdir()) == sorted(races[0]["survivors"])
     assert [r["stage"] for r in races[-1]["rounds"]] == [
-        "screen", "refine", *(f"settle after launch {k}" for k in range(2, len(races) + 2))]
+        "screen", "refine, race cap", *(f"settle after launch {k}" for k in range(2, len(races) + 2))]
     selection = races[-1]
     assert not set(selection["dropped"]) & set(selection["survivors"])
     funnel = json.loads((adaptive_run / "results" / "screen" / "funnel.json").read_text())

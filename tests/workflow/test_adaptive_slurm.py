@@ -56,7 +56,7 @@ def test_an_adaptive_study_completes_under_the_slurm_profile(slurm_run):
     # the screening stands for a candidate's launch 0: the final selection's survivors run launch 1; the settling
     # rounds after it (race-1, ...) run launches with sweep.screen.settle_launches, none by default
     races = sorted((workdir / "results/confirm").glob("race-*.json"), key=lambda p: int(p.stem.split("-")[1]))
-    settling = json.loads(races[-1].read_text()).get("extra_launches", {})  # none by default
+    settling = json.loads(races[-1].read_text()).get("extra_launches", {}) if races else {}  # none by default
     confirmations = sum(j.startswith("rule_confirm_launch/") for j in jobs)
     # the baseline's one launch 0 and each candidate's launch 1
     assert confirmations == len(selection["survivors"]) + sum(map(len, settling.values()))

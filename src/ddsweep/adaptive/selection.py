@@ -225,9 +225,11 @@ def select_round(config: dict, screen_dir: Path, point_ids: list[str], previous:
             failed.append(pid)
         else:
             requests[pid] = [records]
-    selection = select(config, requests, race=previous is not None and first_confirm_launch(config) == 1)
+    race = previous is not None and first_confirm_launch(config) == 1
+    selection = select(config, requests, race=race)
     selection.failed = failed
-    stage = {"stage": "screen" if previous is None else "refine", "entered": len(candidates),
+    stage = {"stage": "screen" if previous is None else "refine, race cap" if race else "refine",
+             "entered": len(candidates),
              "kept": len(selection.survivors)}
     if previous is None:
         around = (selection.survivors if config["sweep"].get("refine_around") == "survivors"

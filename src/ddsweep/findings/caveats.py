@@ -79,10 +79,10 @@ def _race_cells_text(config: dict[str, Any] | None) -> str:
     sweep = (config or {}).get("sweep") or {}
     if sweep.get("strategy") != "adaptive" or int(sweep.get("launches") or 1) < 2:
         return ""
-    return (" In this adaptive study only the cells the selection compares ran in every launch: the confirmation's "
-            "earlier launches measure those alone, so every other cell of a point ran in one launch (the "
-            "confirmation's last, or a baseline's one), with every repeat, and its interval holds the variation "
-            "within that launch only.")
+    return (" In this adaptive study only the cells the selection compares ran in every launch: a candidate's "
+            "screening, which stands for its first launch, and the confirmation's launches before the last measure "
+            "those alone, so every other cell of a point ran in one launch (the confirmation's last, or a "
+            "baseline's one), with every repeat, and its interval holds the variation within that launch only.")
 
 
 def _alias_caveat(d: Decisions) -> dict[str, Any] | None:

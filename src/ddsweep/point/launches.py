@@ -45,14 +45,15 @@ def launch_number(directory: Path) -> int:
 
 def merge_launches(launch_dirs: list[Path], out_dir: Path) -> dict:
     """Write OUT_DIR as one point whose repeats are its completed launches; returns its status record (written
-    last). Launches that failed are listed in launches.json; when none completed, the point failed: OUT_DIR
-    gets the first launch's failure.json and the status record says so (`status: failed`)."""
+    last). Launches that failed are listed in launches.json; when none completed, or none but a screening job (it
+    measured the regime cells briefly: it stands for a launch but never makes a point alone), the point failed:
+    OUT_DIR gets the first failed launch's failure.json and the status record says so (`status: failed`)."""
     launch_dirs = sorted((Path(d) for d in launch_dirs), key=launch_number)
-    if not launch_dirs:
-        raise MergeError("no launch directories given")
+    if not any(d.name.startswith("launch-") for d in launch_dirs):
+        raise MergeError("no launch directory given (a screening job stands for a launch but makes no point alone)")
     failed = [d for d in launch_dirs if not (d / "status.json").exists()]
-    if len(failed) == len(launch_dirs):
-        return _merge_failed(launch_dirs, Path(out_dir))
+    if not [d for d in launch_dirs if d not in failed and d.name.startswith("launch-")]:
+        return _merge_failed(failed or launch_dirs, Path(out_dir))
     failures = {str(d): (_read_json(d / "failure.json") if (d / "failure.json").exists() else None) for d in failed}
     launch_dirs = [d for d in launch_dirs if d not in failed]
     statuses = [_read_json(d / "status.json") for d in launch_dirs]
@@ -120,7 +121,7 @@ def merge_launches(launch_dirs: list[Path], out_dir: Path) -> dict:
 
 
 def _merge_failed(launch_dirs: list[Path], out_dir: Path) -> dict:
-    """Every launch failed: the point is a failed result, recorded with the first launch's failure."""
+    """Every launch failed (or all but a screening): the point is a failed result, recorded with the first failure."""
     first = next((d for d in launch_dirs if (d / "failure.json").exists()), None)
     if first is None:
         raise MergeError(f"{launch_dirs[0]}: neither status.json nor failure.json (the launch did not finish)")

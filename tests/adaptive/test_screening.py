@@ -211,6 +211,29 @@ def test_the_race_keeps_at_most_race_keep_plausible_points_but_the_screening_kee
 
 
 
+def test_the_final_screening_round_is_the_races_first_where_the_screening_stands_for_launch_0(tmp_path):
+    screen = tmp_path / "screen"
+    speeds = {"bs8-b8-t4-w2048": 100, "bs8-b8-t1-w2048": 99, "bs8-b4-t1-w2048": 98, "ar": 40}
+    for pid, speed in speeds.items():  # the baseline's one full launch stands for its screening
+        _write_screen(tmp_path / "confirm" / pid if pid == "ar" else screen, "launch-0" if pid == "ar" else pid,
+                      requests(speed, seed=speed))
+
+    def final(launches: int) -> dict:
+        config = demo_config(sweep={"strategy": "adaptive", "launches": launches,
+                                    "screen": {"launch_cv": 0.04, "race_keep": 1}})
+        round1 = select_round(config, screen, [p for p in speeds if p != "ar"], None).to_json()
+        assert set(round1["survivors"]) == set(speeds)  # the first round has no cap
+        return select_round(config, screen, [], round1).to_json()
+
+    capped = final(2)  # the candidates' confirmation starts at launch 1: the cap acts now, one per priority
+    kept = [p for p in capped["survivors"] if p != "ar"]
+    assert "ar" in capped["survivors"] and 1 <= len(kept) < 3, capped
+    assert capped["dropped_by"] == dict.fromkeys(capped["dropped"], "race cap") and capped["dropped"], capped
+    assert capped["rounds"][-1]["stage"] == "refine, race cap"
+    uncapped = final(1)  # the one launch measures the whole matrix: every survivor runs it
+    assert set(uncapped["survivors"]) == set(speeds) and uncapped["rounds"][-1]["stage"] == "refine"
+
+
 def _settling(tmp_path: Path, speeds: dict[str, list[float]], **screen) -> tuple[dict, Path]:
     """A confirmed set (demo study, 3 configured launches: `sweep.launches` 3) whose points' confirmation launches
     run at `speeds` (one speed per launch), and the record of the race before the last configured launch."""

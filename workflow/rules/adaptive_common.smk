@@ -55,8 +55,10 @@ def race_points(launch):
     candidate runs it), then the candidates the race kept after the previous launch (checkpoint confirm_race; the
     baselines run no later launch); for a settling launch (after the configured ones), the points the previous
     round left unsettled."""
-    if launch <= FIRST:
-        return [p for p in selected_points() if launch == 0 or p not in BASELINES] if launch == FIRST else []
+    if launch < FIRST:
+        return []  # a candidate's launch 0 is its screening
+    if launch == FIRST:
+        return [p for p in selected_points() if launch == 0 or p not in BASELINES]
     race = json.loads(Path(checkpoints.confirm_race.get(launch=str(launch - 1)).output[0]).read_text())
     if launch < LAUNCHES:
         return [p for p in race["survivors"] if p not in BASELINES]

@@ -4,6 +4,7 @@ picks after the last configured launch. See docs/adaptive.md.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from ddsweep.adaptive.screening import load_launch, priority_scores, regime_scores
@@ -26,10 +27,8 @@ def race_round(config: dict, screen_dir: Path, confirm_dir: Path, previous: dict
     if launch >= confirm_launches(config) - 1:
         return settle_round(config, screen_dir, confirm_dir, previous, launch)
     candidates = list(previous["survivors"])
-    launches: dict[str, list[list[dict]]] = {}
-    for pid in candidates:
-        dirs = [Path(screen_dir) / pid, *(Path(confirm_dir) / pid / f"launch-{k}" for k in range(launch + 1))]
-        launches[pid] = [records for d in dirs if (records := load_launch(d))]
+    launches = {pid: _launch_records(screen_dir, confirm_dir, pid, range(launch + 1), screening=True)
+                for pid in candidates}
     measured = {pid: runs for pid, runs in launches.items() if runs}
     selection = select(config, measured, where=f"after confirmation launch {launch + 1}: ", race=True)
     selection.survivors = [p for p in candidates if p in selection.survivors or p not in measured]
@@ -54,10 +53,8 @@ def settle_round(config: dict, screen_dir: Path, confirm_dir: Path, previous: di
             extra.setdefault(pid, []).append(launch)
     confirmed, baselines = list(previous["survivors"]), set(baseline_ids(config))
     first = first_confirm_launch(config)
-    launches = {pid: [records for d in [*([Path(screen_dir) / pid] if first and pid not in baselines else []),
-                                        *(Path(confirm_dir) / pid / f"launch-{k}"
-                                          for k in [*range(configured), *extra.get(pid, [])])]
-                      if (records := load_launch(d))]
+    launches = {pid: _launch_records(screen_dir, confirm_dir, pid, [*range(configured), *extra.get(pid, [])],
+                                     screening=bool(first) and pid not in baselines)
                 for pid in confirmed}
     measured = {pid: runs for pid, runs in launches.items() if runs}
     margin = float(config.get("analysis", {}).get("equivalence_margin", 0.02))
@@ -78,3 +75,13 @@ def settle_round(config: dict, screen_dir: Path, confirm_dir: Path, previous: di
                                       "kept": len(settle)})
     selection.settle, selection.extra_launches = settle, extra
     return selection
+
+
+def _launch_records(screen_dir: Path, confirm_dir: Path, point_id: str, launches: Iterable[int],
+                    screening: bool) -> list[list[dict]]:
+    """The request records of each completed launch of a point: its screening job where it counts as a launch,
+    then its confirmation launches `launches` (results/confirm/<id>/launch-<k>; those missing or failed are left
+    out)."""
+    dirs = [*([Path(screen_dir) / point_id] if screening else []),
+            *(Path(confirm_dir) / point_id / f"launch-{k}" for k in launches)]
+    return [records for d in dirs if (records := load_launch(d))]

@@ -36,11 +36,15 @@ def _read_json(path: Path) -> dict:
         raise MergeError(f"cannot read {path}: {exc}") from exc
 
 
-def launch_number(directory: Path) -> int:
-    """k of a launch directory `launch-<k>`; 0 for any other directory: an adaptive candidate's screening job
+def is_screening(directory: Path) -> bool:
+    """Whether a directory given as a launch is not `launch-<k>`: an adaptive candidate's screening job
     (results/screen/<id>), which stands for its launch 0."""
-    name = Path(directory).name
-    return int(name.removeprefix("launch-")) if name.startswith("launch-") else 0
+    return not Path(directory).name.startswith("launch-")
+
+
+def launch_number(directory: Path) -> int:
+    """k of a launch directory `launch-<k>`; 0 for a screening job (`is_screening`)."""
+    return 0 if is_screening(directory) else int(Path(directory).name.removeprefix("launch-"))
 
 
 def merge_launches(launch_dirs: list[Path], out_dir: Path) -> dict:
@@ -49,10 +53,10 @@ def merge_launches(launch_dirs: list[Path], out_dir: Path) -> dict:
     measured the regime cells briefly: it stands for a launch but never makes a point alone), the point failed:
     OUT_DIR gets the first failed launch's failure.json and the status record says so (`status: failed`)."""
     launch_dirs = sorted((Path(d) for d in launch_dirs), key=launch_number)
-    if not any(d.name.startswith("launch-") for d in launch_dirs):
+    if all(is_screening(d) for d in launch_dirs):
         raise MergeError("no launch directory given (a screening job stands for a launch but makes no point alone)")
     failed = [d for d in launch_dirs if not (d / "status.json").exists()]
-    if not [d for d in launch_dirs if d not in failed and d.name.startswith("launch-")]:
+    if all(d in failed or is_screening(d) for d in launch_dirs):
         return _merge_failed(failed or launch_dirs, Path(out_dir))
     failures = {str(d): (_read_json(d / "failure.json") if (d / "failure.json").exists() else None) for d in failed}
     launch_dirs = [d for d in launch_dirs if d not in failed]

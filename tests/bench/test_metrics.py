@@ -42,3 +42,15 @@ def test_context_check_flags_a_cell_off_its_target_context():
     off = metrics.context_check([4096, 3000], 4096, 0.05)
     assert off["prompt_tokens_off_target"] is True and off["prompt_tokens_max"] == 4096
     assert metrics.context_check([None, None], 128, 0.05)["prompt_tokens_off_target"] is True
+
+
+def test_inside_one_cell_a_records_times_are_worked_out_once_and_outside_every_time() -> None:
+    record = {"chunks": [[0.1, 1], [0.2, 3], [0.4, 4]], "e2e_s": 0.5, "completion_tokens": 4, "error": None}
+    same_fields = dict(record)
+    with figures.one_cell():
+        first = figures.request_times(record)
+        assert figures.request_times(record) is first
+        assert figures.request_times(same_fields) is not first and figures.request_times(same_fields) == first
+    again = figures.request_times(record)
+    assert again is not first and again == first
+    assert first.token_gaps_s == pytest.approx([0.05, 0.05, 0.2]) and first.tpot_s == pytest.approx(0.4 / 3)

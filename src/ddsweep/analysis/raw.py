@@ -56,6 +56,12 @@ def request_row(record: dict[str, Any]) -> dict[str, Any] | None:
 
 def repeat_figures(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The figures of one cell (one repeat) from its measured request records (ddsweep.figures)."""
+    with figures.one_cell():
+        return _repeat_figures(records)
+
+
+def _repeat_figures(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """repeat_figures, inside figures.one_cell()."""
     done = [r for r in records if not figures.failed(r)]
     wall = figures.wall_s(records)
     samples = figures.cell_samples(records)

@@ -138,7 +138,12 @@ def cell_figures(records: list[RequestRecord], stall_factor: float = figures.STA
                  stall_floor_s: float = figures.STALL_FLOOR_S) -> dict:
     """Figures of one cell from its measured (non-warmup) requests, per docs/results-schema.md (ddsweep.figures),
     with its first-token stalls (kept in every figure, reported) and whether its acceptance is saturated."""
-    measured = [vars(r) for r in records if not r.warmup]
+    with figures.one_cell():
+        return _cell_figures([vars(r) for r in records if not r.warmup], stall_factor, stall_floor_s)
+
+
+def _cell_figures(measured: list[dict], stall_factor: float, stall_floor_s: float) -> dict:
+    """cell_figures of the measured requests' records, inside figures.one_cell()."""
     done = [r for r in measured if not figures.failed(r)]
     wall = figures.wall_s(measured)
     samples = figures.cell_samples(measured)

@@ -109,13 +109,16 @@ def point_estimates(at: pd.DataFrame, column: str, level: float) -> dict[str, Es
     launch variance pooled over the cell's points, as `launch_intervals`) where it ran in two or more, else from
     its repeats."""
     by_launch = {key[0]: bounds for key, bounds in launch_intervals(at, {column: column}, level).items()}
+    values: dict[str, list[float]] = {}
+    for pid, value in zip(at["point_id"], at[column], strict=True):  # a plain loop: called per cell and metric
+        values.setdefault(str(pid), []).extend([float(value)] if pd.notna(value) else [])
     out = {}
-    for pid, rows in at.groupby("point_id", sort=True):
-        estimate = mean_interval([float(v) for v in rows[column] if pd.notna(v)], level)
+    for pid in sorted(values):
+        estimate = mean_interval(values[pid], level)
         if pid in by_launch:
             low, high, _ = by_launch[pid]
             estimate = Estimate(estimate.value, low, high, estimate.n, level)
-        out[str(pid)] = estimate
+        out[pid] = estimate
     return out
 
 

@@ -19,8 +19,10 @@ from conftest import ROOT, copy_workflow, demo_config, venv_env
 from ddsweep.cli import main
 from ddsweep.config.study import expand_points, merge_config, validate_config
 from ddsweep.point.preflight import (
+    SHARED_FOR_S,
     STAND_IN_SETUP,
     Finding,
+    ProbeResult,
     check_flags,
     check_host,
     check_partition,
@@ -103,6 +105,36 @@ def test_a_misspelled_flag_is_reported_by_preset_and_point_with_a_suggestion():
     assert "--speculative-dflash-blok-size" in errors[0].message
     assert "did you mean --speculative-dflash-block-size?" in errors[0].message
     assert "[preset dflash]" in errors[0].render() and "dflash-bs8-w2048" in errors[0].render()
+
+
+def test_the_preflights_of_one_study_ask_the_parser_once_and_each_reports_only_its_preset(tmp_path, monkeypatch):
+    config = _with_typo(demo_config(), "dflash", "--speculative-dflash-block-size", "--speculative-dflash-blok-size")
+    asked = []
+
+    def counted(python: str, setup: str, arg_lists: list[list[str]], prog: str = "server") -> ProbeResult:
+        asked.append(len(arg_lists))
+        return probe_arguments(python, setup, arg_lists, prog=prog)
+
+    monkeypatch.setattr("ddsweep.point.preflight.probe_arguments", counted)
+    shared = tmp_path / "shared"
+    by_preset = {preset: _errors(run_preflight(config, [preset], shared)) for preset in ("ar", "dflash", "ddtree")}
+    assert len(asked) == 1 and asked[0] > len({p.preset for p in expand_points(config)})  # every preset's commands
+    assert by_preset["ar"] == [] and by_preset["ddtree"] == []
+    assert [e.points for e in by_preset["dflash"]] == [("dflash-bs8-w2048",)]
+    assert by_preset["dflash"] == _errors(run_preflight(config, ["dflash"]))  # as its own preflight alone says
+    assert len(asked) == 2  # without the shared directory it asks again
+
+    for answer in shared.glob("*.json"):  # an answer older than SHARED_FOR_S is asked again
+        os.utime(answer, (time.time() - SHARED_FOR_S - 1,) * 2)
+    run_preflight(config, ["ar"], shared)
+    assert len(asked) == 3
+
+    # a parser that could not be asked is not asked again by the next preset's preflight: each says why
+    missing = demo_config(engine={"launcher": ["/no/such/python", *config["engine"]["launcher"][1:]]})
+    notices = [[f.message for f in run_preflight(missing, [preset], shared) if "server flags" in f.message]
+               for preset in ("ar", "dflash")]
+    assert len(asked) == 4
+    assert notices[0] == notices[1] and "'/no/such/python' was not found on this host" in notices[0][0]
 
 
 def test_an_optional_flag_no_point_uses_yet_is_still_checked():

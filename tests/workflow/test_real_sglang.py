@@ -173,6 +173,9 @@ def test_the_ddtree_point_is_stopped_by_the_preflight_naming_the_flag(real_run):
     assert not (point / "server.log").exists(), "the preflight must stop the point before any server start"
     for preset in ("ar", "dflash", "dflash-nooverlap"):
         assert _json(workdir / f"results/preflight/{preset}.json")["ok"] is True
+    # the four presets' preflights asked SGLang's parser once, about every preset's commands
+    (flags,) = (workdir / "results/preflight/.shared").glob("flags-*.json")
+    assert len(_json(flags)["answer"]["results"]) >= 4
 
 
 def test_the_summary_reports_all_four_and_is_labelled_a_toy(real_run):

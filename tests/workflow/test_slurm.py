@@ -140,7 +140,7 @@ def test_the_demo_runs_end_to_end_through_slurm(demo_run):
         environment = json.loads((workdir / "results/points" / point / "environment.json").read_text())
         assert environment["slurm"]["job_id"], point
         assert (workdir / "results/points" / point / "status.json").exists()
-    assert sorted(p.name for p in (workdir / "results/preflight").iterdir()) == ["ar.json", "ddtree.json",
+    assert sorted(p.name for p in (workdir / "results/preflight").glob("*.json")) == ["ar.json", "ddtree.json",
                                                                                "dflash.json"]
     summary = (workdir / "reports/optimization_summary.md").read_text()
     # how to reproduce

@@ -2,7 +2,9 @@
 # the installed server accepts every flag of every point's command (`ddsweep preflight`). One local job per
 # preset: its params are exactly what all points of that preset share (engine, preset, target, drafter), so a
 # change that reruns it reruns those points anyway, while adding or changing a point reruns neither the
-# preflight nor the other points. Every run_point job needs the preflight result of its preset.
+# preflight nor the other points. Every run_point job needs the preflight result of its preset. The preflights
+# of one invocation share one question to the server's parser (every preset's commands) and one tokenizer load
+# (`--shared`: results/preflight/.shared, answers kept for 10 minutes).
 import os
 
 from ddsweep.config.knobs import server_preset
@@ -44,4 +46,4 @@ rule preflight:
         ),
     shell:
         'ddsweep preflight --config-json "$DDSWEEP_PREFLIGHT_STUDY" --preset {wildcards.preset} '
-        "--write {output} > {log} 2>&1 || (cat {log} >&2; exit 1)"
+        "--shared results/preflight/.shared --write {output} > {log} 2>&1 || (cat {log} >&2; exit 1)"

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import fcntl
+import hashlib
 import json
 import os
 import re
@@ -20,7 +22,8 @@ import string
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,7 @@ from ddsweep.config.study import (
 )
 from ddsweep.point.lifecycle import render_server
 from ddsweep.point.marks import STORE_ENV
-from ddsweep.storage import write_json_atomic
+from ddsweep.storage import read_json, write_json_atomic
 from ddsweep.store import StoreError, StudyStore, push_file
 
 # The port placeholder's value in rendered commands: any valid port does, nothing listens on it.
@@ -46,6 +49,9 @@ PROBE_PORT = 30000
 PROBE_TIMEOUT_S = 600.0
 PROBE_MARKER = "DDSWEEP-PREFLIGHT-RESULT "
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+# How long a check one preset's preflight made (`--shared`) answers another's: the preflights of one invocation run
+# within seconds of each other; an older answer is asked again, in case the installed server changed since.
+SHARED_FOR_S = 600.0
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 # Runs under the launcher's Python (which need not have ddsweep): builds the server's parser with $setup,
@@ -205,12 +211,35 @@ def _commands(config: dict, points: list[Point]) -> list[tuple[str, Point, list[
     return commands
 
 
-def check_flags(config: dict, points: list[Point]) -> list[Finding]:
-    """Ask each launcher's server parser about every point's command; unknown flags are errors, with a suggestion."""
+def shared_check(directory: Path | None, what: str, key: object, compute: Callable[..., Any], *args: Any) -> Any:
+    """`compute(*args)`, or its JSON answer that another preflight of the study saved in `directory` for the same `key`
+    less than SHARED_FOR_S ago. Under a lock: the preflights of one invocation run side by side, and the first to
+    ask builds the server's parser (or loads the tokenizer) once for all presets."""
+    if directory is None:
+        return compute(*args)
+    directory.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(json.dumps([what, key], sort_keys=True, default=str).encode()).hexdigest()[:16]
+    path = directory / f"{what}-{digest}.json"
+    with open(directory / f"{what}-{digest}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists() and time.time() - path.stat().st_mtime < SHARED_FOR_S:
+            saved = read_json(path)
+            if isinstance(saved, dict) and "answer" in saved:
+                return saved["answer"]
+        answer = compute(*args)
+        write_json_atomic(path, {"what": what, "answer": answer})
+        return answer
+
+
+def check_flags(config: dict, points: list[Point], shared: Path | None = None) -> list[Finding]:
+    """Ask each launcher's server parser about every point's command; unknown flags are errors, with a suggestion.
+    With `shared`, every preset's commands are asked at once and the answer is shared with the other presets'
+    preflights (`shared_check`); the findings are those of `points`' presets."""
     launcher_length = len(config["engine"]["launcher"])
     groups: dict[ServerParser, list[tuple[str, Point, list[str]]]] = {}
     findings: list[Finding] = []
-    for label, point, command in _commands(config, points):
+    presets = {point.preset for point in points}
+    for label, point, command in _commands(config, expand_points(config) if shared else points):
         parser = identify_parser(command, launcher_length)
         if parser is None:
             findings.append(Finding("notice", "engine.launcher " + " ".join(config["engine"]["launcher"])
@@ -218,24 +247,28 @@ def check_flags(config: dict, points: list[Point]) -> list[Finding]:
                                     "were not checked"))
             break
         groups.setdefault(parser, []).append((label, point, command))
-    for parser, items in groups.items():
-        try:
-            probe = probe_arguments(parser.python, parser.setup, [c[parser.args_start:] for _, _, c in items],
-                                    prog=" ".join(items[0][2][:parser.args_start]))
-        except PreflightError as exc:
-            findings.append(Finding("notice", f"{exc}; server flags were not checked here (they are checked when "
-                                    "the server starts on the compute node)"))
+    for parser, asked in groups.items():
+        arg_lists = [c[parser.args_start:] for _, _, c in asked]
+        prog = " ".join(asked[0][2][:parser.args_start])
+        answer = shared_check(shared, "flags", [asdict(parser), prog, arg_lists], _probe_answer, parser, arg_lists,
+                              prog)
+        if "unanswered" in answer:
+            findings.append(Finding("notice", f"{answer['unanswered']}; server flags were not checked here (they are "
+                                    "checked when the server starts on the compute node)"))
             continue
+        probe = ProbeResult(**answer)
         if probe.import_error:
             findings.append(Finding("notice", f"{parser.name} is not installed for {parser.python!r} on this host "
                                     f"({probe.import_error}); server flags were not checked here (they are "
                                     "checked when the server starts on the compute node)"))
             continue
+        answered = [(item, verdict) for item, verdict in zip(asked, probe.results, strict=True)
+                    if item[1].preset in presets]
         if parser.setup == SGLANG_SETUP:  # the stand-in takes the flags of every build it models
-            findings += check_build(config, [point for _, point, _ in items], probe.options)
+            findings += check_build(config, [point for (_, point, _), _ in answered], probe.options)
         ids = {point.point_id for point in points}
         by_problem: dict[tuple[str, str], list[str]] = {}
-        for (label, point, _), verdict in zip(items, probe.results, strict=True):
+        for (label, point, _), verdict in answered:
             problems = [f"{parser.name} rejects the server command: {verdict['error']}"] if verdict.get("error") else []
             for flag in flag_tokens(verdict.get("unknown", [])):
                 hint = suggest(flag, probe.options)
@@ -247,6 +280,15 @@ def check_flags(config: dict, points: list[Point]) -> list[Finding]:
             real = tuple(label for label in labels if label in ids)
             findings.append(Finding("error", problem, preset=preset, points=real or tuple(labels)))
     return findings
+
+
+def _probe_answer(parser: ServerParser, arg_lists: list[list[str]], prog: str) -> dict[str, Any]:
+    """probe_arguments with `parser`, as JSON; why it could not ask (`unanswered`), so that the other presets'
+    preflights do not wait for a parser that did not answer once."""
+    try:
+        return asdict(probe_arguments(parser.python, parser.setup, arg_lists, prog=prog))
+    except PreflightError as exc:
+        return {"unanswered": str(exc)}
 
 
 def check_build(config: dict, points: list[Point], options: Iterable[str]) -> list[Finding]:
@@ -340,8 +382,9 @@ def check_partition(config: dict) -> list[Finding]:
                     f"{', '.join(known) or 'none'}")]
 
 
-def run_preflight(config: dict, presets: Iterable[str] | None = None) -> list[Finding]:
-    """All checks of a validated configuration, for every point or only those of the given presets."""
+def run_preflight(config: dict, presets: Iterable[str] | None = None, shared: Path | None = None) -> list[Finding]:
+    """All checks of a validated configuration, for every point or only those of the given presets; with `shared`,
+    the server's parser and the tokenizer are asked once for all presets' preflights (`shared_check`)."""
     points = expand_points(config)
     if presets is not None:
         wanted = set(presets)
@@ -349,14 +392,14 @@ def run_preflight(config: dict, presets: Iterable[str] | None = None) -> list[Fi
         if unknown:
             raise ConfigError(f"no point of this configuration uses preset(s) {', '.join(unknown)}")
         points = [p for p in points if p.preset in wanted]
-    return (check_paths(config, points) + check_host(config) + check_partition(config) + check_flags(config, points)
-            + check_matrix(config))
+    return (check_paths(config, points) + check_host(config) + check_partition(config)
+            + check_flags(config, points, shared) + check_matrix(config, shared))
 
 
-def check_matrix(config: dict) -> list[Finding]:
+def check_matrix(config: dict, shared: Path | None = None) -> list[Finding]:
     """The benchmark cells no prompt can be sized to with the model's tokenizer: every point records them as
     infeasible and measures the rest (a notice each; a notice when no tokenizer loads here)."""
-    cells, source = matrix_check(config)
+    cells, source = shared_check(shared, "matrix", [config["target"], config["benchmark"]], matrix_check, config)
     if not cells and source.startswith("benchmark contexts"):
         return [Finding("notice", source)]
     return [Finding("notice", f"benchmark cell not measurable ({source}), recorded as infeasible by every point: "
@@ -383,7 +426,7 @@ def _run_preflight_command(args: argparse.Namespace) -> int:
     """`ddsweep preflight`: print every finding; exit 1 on any error, 2 on an invalid configuration."""
     try:
         config = config_from_args(args)
-        findings = run_preflight(config, args.preset)
+        findings = run_preflight(config, args.preset, Path(args.shared) if args.shared else None)
     except ConfigError as exc:
         print(f"ddsweep preflight: {exc}", file=sys.stderr)
         return 2
@@ -425,4 +468,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--write", metavar="FILE",
                         help="on success (or on errors under sweep.on_preflight_error: record), write the findings "
                              "as JSON to FILE")
+    parser.add_argument("--shared", metavar="DIR",
+                        help="ask the server's parser about every preset's commands and load the tokenizer once for "
+                             "all presets' preflights that give the same DIR within 10 minutes (used by the workflow)")
     parser.set_defaults(func=_run_preflight_command)

@@ -251,11 +251,12 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(ROOT / "src" / "ddsweep", quiet=1)
 
 
-def pytest_xdist_auto_num_workers() -> int:
-    """Workers for `-n auto` (pyproject.toml): six, in both tiers. The full tier's Slurm tests mostly wait, and so do
-    the fast tier's stand-ins and timeouts: with four workers its two cores were idle a quarter of the time, and six
-    took 86 s against 92 s. Eight made the full tier slower (429 s against 406 s): its other tests are bound by CPU."""
-    return 6
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for `-n auto` (pyproject.toml): eight in the fast tier, six otherwise. The fast tier's stand-ins and
+    timeouts mostly wait: with four workers its two cores were idle a quarter of the time, six took 86 s against
+    92 s, eight 70 s and 71 s against 73 s and 75 s. The full tier is bound by CPU: seven took as long as six (332 s
+    and 333 s) and eight longer (429 s against 406 s, an earlier version)."""
+    return 8 if config.getoption("markexpr") == "not full" else 6
 
 
 def _fixtures(item: pytest.Item) -> list:

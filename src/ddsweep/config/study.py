@@ -8,9 +8,8 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 
 from ddsweep.config.defaults import load_schema, schema_default
@@ -31,6 +30,9 @@ from ddsweep.config.presets import PresetLibraryError, with_library
 from ddsweep.figures import METRICS
 from ddsweep.storage import write_text_atomic
 
+if TYPE_CHECKING:
+    from jsonschema import ValidationError
+
 CODING_PROBLEMS = 164
 # The Snakefile's `configfile:`, which every `--configfile` given to Snakemake updates.
 WORKFLOW_CONFIG = Path("config/config.yaml")
@@ -49,6 +51,8 @@ class _DefaultFillingValidator:
     """A Draft 2020-12 validator that also fills in schema defaults, like snakemake.utils.validate."""
 
     def __init__(self, schema: dict) -> None:
+        import jsonschema  # here: the point jobs read validated records and need not import it (30 ms a process)
+
         base = jsonschema.Draft202012Validator
 
         def set_defaults(validator, properties, instance, schema):  # noqa: ANN001
@@ -61,7 +65,7 @@ class _DefaultFillingValidator:
         cls = jsonschema.validators.extend(base, {"properties": set_defaults})
         self.validator = cls(schema)
 
-    def errors(self, instance: dict) -> list[jsonschema.ValidationError]:
+    def errors(self, instance: dict) -> list[ValidationError]:
         """All schema violations, sorted so the first names the outermost key."""
         return sorted(self.validator.iter_errors(instance), key=lambda e: (len(e.path), list(map(str, e.path))))
 
@@ -97,7 +101,7 @@ def validate_config(raw: Mapping[str, Any]) -> dict:
     return config
 
 
-def _innermost(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
+def _innermost(error: ValidationError) -> ValidationError:
     """For a value that matches none of a key's alternatives (oneOf, anyOf), the error of the alternative that got
     furthest into the value, which names the rule broken (`[0]`: "0 is less than the minimum of 1", not "[0] is
     not of type 'null'")."""
@@ -106,7 +110,7 @@ def _innermost(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
     return error
 
 
-def _describe_schema_error(error: jsonschema.ValidationError) -> str:
+def _describe_schema_error(error: ValidationError) -> str:
     """Turn a jsonschema error into a sentence that says which rule was broken."""
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))

@@ -55,7 +55,7 @@ from ddsweep.point.multinode import group_spec, is_multinode
 from ddsweep.point.preflight import PROBE_PORT, Finding
 from ddsweep.point.signals import Interrupted, install_handlers
 from ddsweep.point.workflow_watch import WorkflowWatch, launching_workflow
-from ddsweep.slurm import parse_slurm_duration
+from ddsweep.slurm import slurm_time_left_s
 from ddsweep.storage import read_json, write_json_atomic
 from ddsweep.store import STARTED
 
@@ -153,21 +153,6 @@ def _archive_previous_attempt(out_dir: Path) -> None:
     target.mkdir(parents=True)
     for entry in entries:
         entry.rename(target / entry.name)
-
-
-def slurm_time_left_s() -> float | None:
-    """Seconds left before this Slurm job's time limit (`squeue -o %L`), or None outside a job, without a limit,
-    or when squeue does not answer."""
-    job = os.environ.get("SLURM_JOB_ID")
-    if not job or not shutil.which("squeue"):
-        return None
-    try:
-        answer = subprocess.run(["squeue", "-h", "-j", job, "-o", "%L"], capture_output=True, text=True,
-                                timeout=30, check=False).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return parse_slurm_duration(answer)
-
 
 
 def _watch_workflow(named: list[str], progress: Callable[[str], None]) -> WorkflowWatch | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
@@ -17,10 +18,12 @@ import pytest
 import realsglang
 import yaml
 
+from ddsweep.bench.cells import TokenizeClient
 from ddsweep.bench.feasibility import local_tokenizer
 from ddsweep.bench.records import RequestRecord, run_request
 from ddsweep.bench.transport import make_transport, stream_error
 from ddsweep.point.lifecycle import SERVER_INFO_PATHS, owned_processes, verify_settings
+from ddsweep.sim.contract import context_refusal
 
 # A real server start costs 30-60 s of both cores.
 pytestmark = [pytest.mark.slow, pytest.mark.full("starts a real SGLang server on CPU (30-60 s of both cores)")]
@@ -199,6 +202,20 @@ def test_prompt_beyond_the_context_is_refused_and_recorded_as_failed(real: reals
     assert record.completion_tokens is None
 
 
+def test_a_prompt_whose_new_tokens_do_not_fit_is_refused_and_the_context_length_is_read(
+        real: realsglang.RealServer) -> None:
+    # what a point reads before its benchmark to leave out the cells that do not fit: /v1/models' max_model_len
+    assert TokenizeClient(real.url).context_length() == 2048
+    refused = generate(real.url, {"text": "x " * 1000, "sampling_params": {"max_new_tokens": 2000}})
+    assert refused.status_code == 400
+    message = refused.json()["error"]["message"]
+    prompt_tokens = int(re.search(r"(\d+) tokens from the input messages", message).group(1))
+    assert prompt_tokens < 2048  # the prompt fits; with its new tokens it does not
+    # the stand-in's refusal of the same counts, word for word
+    stand_in = context_refusal(prompt_tokens, 2000, 2048, stream=False, openai=False)
+    assert stand_in == (400, {"error": {"message": message}})
+
+
 def test_an_error_response_body_is_read_by_its_message(real: realsglang.RealServer) -> None:
     # SGLang's own ErrorResponse ({"object": "error", "message", ...}), here its answer to an invalid chat body
     refused = httpx.post(real.url + "/v1/chat/completions", json={"model": "m", "messages": "not a list"},
@@ -323,7 +340,14 @@ CONFORMANCE = [  # (name, method, path, body): what ddsweep sends, and the refus
     ("generate too long", "POST", "/generate", {"text": "x " * 3000, "sampling_params": {"max_new_tokens": 4}}),
     ("generate too long stream", "POST", "/generate", {"text": "x " * 3000, "stream": True,
                                                        "sampling_params": {"max_new_tokens": 4}}),
+    ("generate past the context with its new tokens", "POST", "/generate",
+     {"text": "x " * 1000, "sampling_params": {"max_new_tokens": 2000}}),
+    ("generate past the context with its new tokens stream", "POST", "/generate",
+     {"text": "x " * 1000, "stream": True, "sampling_params": {"max_new_tokens": 2000}}),
     ("chat", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 4}),
+    ("chat past the context with its new tokens", "POST", "/v1/chat/completions",
+     {"messages": [{"role": "user", "content": "x " * 1000}], "max_tokens": 2000}),
+    ("models", "GET", "/v1/models", None),
     ("chat stream", "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}],
                                                      "max_tokens": 4, "stream": True}),
     ("chat bad messages", "POST", "/v1/chat/completions", {"messages": "not a list", "max_tokens": 4}),

@@ -176,6 +176,20 @@ def test_a_context_no_prompt_can_be_sized_to_is_infeasible_and_the_other_cells_a
 
 
 @pytest.mark.slow
+def test_a_context_past_the_servers_context_length_is_infeasible_and_the_other_cells_are_measured(tmp_path):
+    # the server's context length (--context-length, read from its /v1/models) holds a 128-token prompt and its 24
+    # new tokens, not a 2048-token one: that cell would be refused request by request, so it is left out
+    record = _matrix(demo_record("ar", sim_args=["--context-length", "1024"], **NO_CODING), contexts=[128, 2048])
+    status = run_point(record, tmp_path / "points" / "ar")
+    assert status["status"] == "ok"
+    (cell,) = status["infeasible_cells"]
+    assert (cell["workload"], cell["context"]) == ("coding", 2048)
+    assert "24 new tokens may exceed the context length of 1024 tokens (the server's /v1/models)" in cell["reason"]
+    cells = json.loads((tmp_path / "points" / "ar" / "bench" / "cells.json").read_text())["cells"]
+    assert [c["context"] for c in cells] == [128] and cells[0]["completed"] == cells[0]["requests"] > 0
+
+
+@pytest.mark.slow
 def test_a_point_whose_every_context_is_infeasible_is_a_configuration_result(tmp_path):
     record = _matrix(demo_record("ar", **NO_CODING), contexts=[4, 8])
     with pytest.raises(PointFailed) as error:
@@ -213,6 +227,19 @@ def test_the_preflight_reports_a_context_no_prompt_can_be_sized_to_before_any_se
     assert finding.message.startswith("benchmark contexts were not checked against the prompts' sizes: "
                                       "target.model_path")
     (finding,) = check_matrix(demo_config(benchmark={"contexts": contexts}))  # the stand-in counts at run time
+    assert "simulated study" in finding.message
+
+
+def test_the_preflight_reports_a_context_past_a_configured_context_length_before_any_server_starts():
+    # --context-length in target.server_args is the server's context length: a 2048-token prompt and its 24 new
+    # tokens do not fit 2000, a 128-token one does (the stand-in counts the prompts' sizes at run time)
+    config = demo_config(target={"server_args": ["--context-length", "2000"]})
+    (finding,) = check_matrix(config)
+    assert finding.level == "notice" and finding.message.startswith(
+        "benchmark cell not measurable (--context-length 2000 in target.server_args), recorded as infeasible")
+    assert "coding ctx=2048 (prompts of about 2048 tokens (within 3%) and 24 new tokens may exceed the context " \
+        "length of 2000 tokens" in finding.message
+    (finding,) = check_matrix(demo_config(target={"server_args": ["--context-length=2200"]}))  # 2048·1.03 + 24 fits
     assert "simulated study" in finding.message
 
 

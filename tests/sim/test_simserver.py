@@ -260,6 +260,27 @@ def test_ignore_eos_past_the_natural_end_is_accepted_more(servers: dict[str, Sim
     assert forced["spec_accept_length"] > prose + 1.0  # 560 of the 600 tokens come after the natural end
 
 
+def test_a_prompt_whose_new_tokens_do_not_fit_the_context_is_refused_as_sglang_refuses_it() -> None:
+    # SGLang 0.5.23 refuses prompt tokens + max_new_tokens over the context length (validate_total_tokens), and
+    # checks nothing of the kind where the request does not ask for a number of new tokens
+    sim = Sim("--context-length", "64", *FAST)
+    try:
+        text = " ".join(["word"] * 20)
+        refused = sim.generate(text, 60)
+        assert refused.status_code == 400
+        message = refused.json()["error"]["message"]
+        assert message.startswith("Requested token count exceeds the model's maximum context length of 64 tokens. "
+                                  "You requested a total of ")
+        assert "tokens from the input messages and 60 tokens for the completion" in message
+        assert sim.generate(text, 30).status_code == 200
+        assert httpx.post(sim.url + "/generate", timeout=30, json={"text": text}).status_code == 200
+        chat = httpx.post(sim.url + "/v1/chat/completions", timeout=30, json={
+            "messages": [{"role": "user", "content": text}], "max_tokens": 60})
+        assert chat.status_code == 400 and "60 tokens for the completion" in chat.json()["message"]
+    finally:
+        sim.close()
+
+
 def test_prompt_beyond_context_length_is_refused_as_sglang_refuses_it() -> None:
     sim = Sim("--context-length", "16")
     try:

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from ddsweep import storage
 from ddsweep.bench import metrics
 from ddsweep.bench.closed_loop import LoopState, StopRule, run_cell, window_record
-from ddsweep.bench.feasibility import unbuildable_cells
+from ddsweep.bench.feasibility import over_context_cells, unbuildable_cells
 from ddsweep.bench.gpu_sampler import GpuSampler
 from ddsweep.bench.hangs import HangWatch, ServerHang, stall_timeout
 from ddsweep.bench.records import RequestRecord, cache_check, cell_figures, group_figures
@@ -141,6 +141,23 @@ class TokenizeClient:
             conn.close()
             raise TokenizeError(f"POST {self.url}/tokenize failed: {type(exc).__name__}: {exc}") from exc
 
+    def context_length(self) -> int | None:
+        """The server's context length as SGLang's `/v1/models` gives it (the served model's `max_model_len`), or
+        None where it does not say."""
+        conn = self._connection()
+        try:
+            conn.request("GET", "/v1/models")
+            response = conn.getresponse()
+            status, body = response.status, response.read()
+        except (http.client.HTTPException, OSError):
+            conn.close()
+            return None
+        try:
+            value = json.loads(body)["data"][0]["max_model_len"] if status == 200 else None
+        except (ValueError, KeyError, IndexError, TypeError):
+            return None
+        return value if isinstance(value, int) and value > 0 else None
+
     def __call__(self, body: dict) -> list[int]:
         """Token ids of a /tokenize body (from `known` when asked before); any other answer than SGLang's is an
         error naming it."""
@@ -169,11 +186,17 @@ class TokenizeClient:
 def infeasible_cells(url: str, settings: BenchSettings,
                      known: dict[bytes, tuple[int, ...]] | None = None) -> list[dict[str, Any]]:
     """The cells no prompt can be sized to (bench.feasibility) as the server at `url` counts tokens (its
-    `/tokenize`; `known` as for TokenizeClient)."""
+    `/tokenize`; `known` as for TokenizeClient), then those whose prompts and new tokens do not fit its context
+    length (`/v1/models`)."""
     tokenizer = TokenizeClient(url, known)
-    matrix = {"workloads": settings.workloads, "contexts": settings.contexts, "seed": settings.seed}
+    matrix = {"workloads": settings.workloads, "contexts": settings.contexts, "seed": settings.seed,
+              "max_new_tokens": settings.max_new_tokens}
     try:
-        return unbuildable_cells(tokenizer, matrix)
+        cells = unbuildable_cells(tokenizer, matrix)
+        length = tokenizer.context_length()
+        seen = {(cell["workload"], cell["context"]) for cell in cells}
+        over = over_context_cells(matrix, length, "the server's /v1/models") if length else []
+        return cells + [cell for cell in over if (cell["workload"], cell["context"]) not in seen]
     except (TokenizeError, KeyError) as exc:
         raise BenchmarkError(f"could not count prompt tokens with {url}/tokenize while checking which contexts "
                              f"the workloads can build: {type(exc).__name__}: {exc}") from exc

@@ -1,7 +1,10 @@
 """Benchmark cells a point cannot measure: a context no prompt of a workload can be sized to (shorter than its
-shortest prompt as the server's tokenizer counts it, or longer than its padding allows).
+shortest prompt as the server's tokenizer counts it, or longer than its padding allows), or one whose prompts and
+new tokens do not fit the server's context length (SGLang refuses a request whose prompt tokens and
+`max_new_tokens` add up to more than its context length).
 
-Found against the running server's `/tokenize` before the benchmark starts (`bench.cells.infeasible_cells`);
+Found against the running server's `/tokenize` and `/v1/models` before the benchmark starts
+(`bench.cells.infeasible_cells`);
 those (workload, context) cells are recorded as infeasible (status.json `infeasible_cells`) and the rest of the
 matrix is measured. `ddsweep plan` and the preflight find them before any server starts with the model
 directory's tokenizer, where it loads. Nothing here needs the HTTP client: `ddsweep plan` runs in the analysis
@@ -9,10 +12,11 @@ environment."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
-from ddsweep.bench.workloads import PromptBuilder, TokenizeFn, Workload, WorkloadError
+from ddsweep.bench.workloads import TOLERANCE, PromptBuilder, TokenizeFn, Workload, WorkloadError
 
 
 def unbuildable_cells(tokenize: TokenizeFn, bench: dict[str, Any]) -> list[dict[str, Any]]:
@@ -28,6 +32,35 @@ def unbuildable_cells(tokenize: TokenizeFn, bench: dict[str, Any]) -> list[dict[
             except WorkloadError as exc:
                 found.append({"workload": workload.name, "context": context, "reason": str(exc)})
     return found
+
+
+def over_context_cells(bench: dict[str, Any], context_length: int, source: str) -> list[dict[str, Any]]:
+    """Each (workload, context) of the matrix whose prompts (sized to the context within the builder's tolerance)
+    with the workload's new tokens may not fit `context_length` (as `source` gives it): SGLang would refuse them."""
+    found = []
+    for entry in bench["workloads"]:
+        workload = Workload.from_config(entry)
+        new_tokens = workload.max_new_tokens or bench["max_new_tokens"]
+        for context in workload.contexts or bench["contexts"]:
+            if math.floor(context * (1 + TOLERANCE)) + new_tokens > context_length:
+                found.append({"workload": workload.name, "context": context,
+                              "reason": f"prompts of about {context} tokens (within {TOLERANCE:.0%}) and {new_tokens} "
+                                        f"new tokens may exceed the context length of {context_length} tokens "
+                                        f"({source}); SGLang refuses such a request"})
+    return found
+
+
+def context_length_flag(args: list[str]) -> int | None:
+    """The value of SGLang's `--context-length` in a server command line, or None where it is not given."""
+    for i, token in enumerate(args):
+        value = args[i + 1] if token == "--context-length" and i + 1 < len(args) else (
+            token.split("=", 1)[1] if token.startswith("--context-length=") else None)
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
 
 
 def local_tokenizer(config: dict) -> tuple[TokenizeFn | None, str]:
@@ -56,14 +89,23 @@ def local_tokenizer(config: dict) -> tuple[TokenizeFn | None, str]:
 
 
 def matrix_check(config: dict) -> tuple[list[dict[str, Any]], str]:
-    """The study's unbuildable cells found on this host, and with which tokenizer (or why none was checked)."""
+    """The study's unmeasurable cells found on this host, and how they were checked (or why not): the prompts'
+    sizes with the model directory's tokenizer, and where `target.server_args` sets `--context-length`, the fit."""
+    length = context_length_flag([str(a) for a in config["target"].get("server_args") or []])
+    flag = f"--context-length {length} in target.server_args"
+    over = over_context_cells(config["benchmark"], length, flag) if length else []
     tokenize, source = local_tokenizer(config)
-    if tokenize is None:
-        return [], f"benchmark contexts were not checked against the prompts' sizes: {source}"
     try:
-        return unbuildable_cells(tokenize, config["benchmark"]), source
+        built = unbuildable_cells(tokenize, config["benchmark"]) if tokenize is not None else []
     except (WorkloadError, KeyError, ValueError, OSError) as exc:
-        return [], f"benchmark contexts were not checked with {source}: {type(exc).__name__}: {exc}"
+        tokenize, source = None, f"{source}: {type(exc).__name__}: {exc}"
+    if tokenize is None and not over:
+        return [], f"benchmark contexts were not checked against the prompts' sizes: {source}"
+    if tokenize is None:  # each point checks the prompts' sizes through its server's /tokenize
+        return over, flag
+    seen = {(c["workload"], c["context"]) for c in built}
+    cells = built + [c for c in over if (c["workload"], c["context"]) not in seen]
+    return cells, f"{source} and {flag}" if over else source
 
 
 def describe(infeasible: list[dict[str, Any]]) -> str:

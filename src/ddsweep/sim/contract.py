@@ -125,14 +125,22 @@ def check_request(contract: Contract, path: str, body: Any) -> tuple[int, dict] 
     return None
 
 
-def context_refusal(prompt_tokens: int, context_length: int, stream: bool, openai: bool) -> tuple[int, dict] | None:
-    """SGLang 0.5.23's answer to a prompt of `prompt_tokens` that does not fit the context (tokenizer_manager.py
-    `_validate_one_request`: refused when prompt_tokens >= context_length), or None when it fits. Streamed
+def context_refusal(prompt_tokens: int, max_new_tokens: int | None, context_length: int, stream: bool,
+                    openai: bool) -> tuple[int, dict] | None:
+    """SGLang 0.5.23's answer to a prompt of `prompt_tokens` with `max_new_tokens` asked (None: not in the request)
+    that does not fit the context (tokenizer_manager.py `_validate_one_request`: refused when prompt_tokens >=
+    context_length, or when prompt_tokens + max_new_tokens > context_length), or None when it fits. Streamed
     /generate answers HTTP 200 with this one event before [DONE] (http_server.py); the others answer HTTP 400."""
-    if prompt_tokens < context_length:
+    if prompt_tokens >= context_length:
+        message = (f"The input ({prompt_tokens} tokens) is longer than the model's context length "
+                   f"({context_length} tokens).")
+    elif max_new_tokens is not None and prompt_tokens + max_new_tokens > context_length:
+        message = (f"Requested token count exceeds the model's maximum context length of {context_length} tokens. "
+                   f"You requested a total of {prompt_tokens + max_new_tokens} tokens: {prompt_tokens} tokens from "
+                   f"the input messages and {max_new_tokens} tokens for the completion. Please reduce the number of "
+                   "tokens in the input messages or the completion to fit within the limit.")
+    else:
         return None
-    message = (f"The input ({prompt_tokens} tokens) is longer than the model's context length "
-               f"({context_length} tokens).")
     if openai:
         return 400, {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
     if stream:

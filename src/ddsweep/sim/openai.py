@@ -28,14 +28,15 @@ class OpenAIEndpoints:
             answer = self._coding(messages, self.s.seed) if self._coding else None
         else:
             prompt, answer = str(body.get("prompt", "")), None
-        max_new = int(body.get("max_completion_tokens") or body.get("max_tokens") or 2048)
+        asked = body.get("max_completion_tokens") or body.get("max_tokens")
+        max_new = int(asked or 2048)
         ignore_eos = bool(body.get("ignore_eos", False))
         stream = bool(body.get("stream", False))
         handled, malformed, cut = self._admit_generate(conn)
         if handled:
             return
         gen = self._new_request(prompt, max_new, ignore_eos, answer)
-        if self._refused_too_long(conn, gen.prompt_tokens, stream, openai=True):
+        if self._refused_too_long(conn, gen.prompt_tokens, None if asked is None else max_new, stream, openai=True):
             return
         conn.on_close = lambda: setattr(gen, "cancelled", True)
         cid = ("chatcmpl-" if chat else "cmpl-") + gen.rid

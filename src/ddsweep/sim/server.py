@@ -1,8 +1,7 @@
 """The stand-in SGLang server: endpoints, a continuous-batching scheduler loop, fault injection.
 
-The endpoints, the scheduler loop and the faults share one server state; the HTTP layer (`http`), the records
-(`records`), the OpenAI-compatible endpoints (`openai`), the timing and acceptance model (`model`) and SGLang's
-request checks (`contract`) are sibling modules."""
+The endpoints, the scheduler loop and the faults share one server state. Sibling modules: the HTTP layer (`http`),
+the records, the OpenAI endpoints, the timing and acceptance `model`, SGLang's request checks (`contract`)."""
 
 from __future__ import annotations
 
@@ -248,9 +247,9 @@ class SimServer(OpenAIEndpoints):
         """The model's context length: --context-length when given (SGLang's flag), else the stand-in's."""
         return int(self.s.server_args.get("context_length") or CONTEXT_LENGTH)
 
-    def _refused_too_long(self, conn: Connection, prompt_tokens: int, stream: bool, openai: bool) -> bool:
-        """Answer as SGLang does when a prompt does not fit the context; True when it was refused."""
-        answer = context_refusal(prompt_tokens, self.context_length, stream, openai)
+    def _refused_too_long(self, conn: Connection, prompt: int, new: int | None, stream: bool, openai: bool) -> bool:
+        """Answer as SGLang does when a prompt and the new tokens asked do not fit the context; True when refused."""
+        answer = context_refusal(prompt, new, self.context_length, stream, openai)
         if answer is None:
             return False
         if stream and not openai:
@@ -498,7 +497,8 @@ class SimServer(OpenAIEndpoints):
         prompts = text if isinstance(text, list) else [text]
         gens = [self._new_request(str(p), max_new, ignore_eos) for p in prompts]
         self._log_prompts(prompts)
-        if self._refused_too_long(conn, max(g.prompt_tokens for g in gens), stream, openai=False):
+        new = None if sp.get("max_new_tokens") is None else max_new  # SGLang checks only a number asked for
+        if self._refused_too_long(conn, max(g.prompt_tokens for g in gens), new, stream, openai=False):
             return
         every = self.s.fault("abort-every")
         aborted = bool(every and self.generate_count % max(1, int(every.arg or 1)) == 0)

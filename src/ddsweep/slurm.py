@@ -1,5 +1,5 @@
 """What ddsweep reads from Slurm's own tools: durations as squeue prints them (`%L` time left, `%M` elapsed), and
-the time left to this job."""
+the time left to this job, and whether another job still runs."""
 
 from __future__ import annotations
 
@@ -35,3 +35,23 @@ def slurm_time_left_s() -> float | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return parse_slurm_duration(answer)
+
+
+# Job states of squeue's %T after which the job runs no more (a preempted job Slurm requeues turns PENDING).
+ENDED_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
+                          "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT"})
+
+
+def slurm_job_running(job: str) -> bool | None:
+    """Whether Slurm job `job` is still queued or running (`squeue -j`), None where squeue does not answer here."""
+    if not shutil.which("squeue"):
+        return None
+    try:
+        done = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    # a job Slurm no longer lists: no line, or "Invalid job id specified" with a non-zero status; one it still
+    # lists may have ended (squeue shows every state of a job asked for by id where its version does)
+    state = done.stdout.strip().split("\n")[0] if done.returncode == 0 else ""
+    return bool(state) and state not in ENDED_STATES

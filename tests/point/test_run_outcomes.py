@@ -8,20 +8,26 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 from conftest import demo_config, demo_record
 from faketransformers import fake_transformers
 from test_lifecycle import NO_CODING, owned_processes_of_port
 
+import ddsweep.point.marks as marks_module
 import ddsweep.point.run as run_module
 from ddsweep.analysis.results import failed_cells_text, load_results
 from ddsweep.bench.cells import run_coroutine
+from ddsweep.cli import main as cli_main
 from ddsweep.config.operational import record_digest
-from ddsweep.point.marks import AttemptMarks
+from ddsweep.point.marks import AttemptMarks, live_attempts
 from ddsweep.point.preflight import check_matrix
 from ddsweep.point.run import PointFailed, run_point
 from ddsweep.slurm import parse_slurm_duration
@@ -259,3 +265,97 @@ def test_a_point_killed_while_its_end_mark_goes_to_the_store_keeps_its_done_reco
         run_module._run_and_record(args, {"point_id": "p"}, tmp_path / "p", KilledAtTheEndMark(tmp_path / "p"))
     assert json.loads((tmp_path / "done.json").read_text())["status"] == "ok"
 
+
+
+def _fake_squeue(tmp_path, running_while: Path) -> str:
+    """A PATH whose squeue lists job 4242 as RUNNING while `running_while` exists, job 78 as COMPLETED."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "squeue").write_text(f'#!/bin/sh\n[ "$3" = 4242 ] && [ -e {running_while} ] && echo RUNNING\n'
+                                    '[ "$3" = 78 ] && echo COMPLETED\nexit 0\n')
+    (bin_dir / "squeue").chmod(0o755)
+    return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+
+
+def _start_mark(out: Path, attempt: str, **info: object) -> None:
+    (out / "started").mkdir(parents=True, exist_ok=True)
+    (out / "started" / f"{attempt}.start.json").write_text(json.dumps({"attempt": attempt, "phase": "start", **info}))
+
+
+def test_an_earlier_attempt_is_running_while_its_slurm_job_or_its_process_runs(tmp_path, monkeypatch):
+    flag = tmp_path / "running"
+    flag.touch()
+    monkeypatch.setenv("PATH", _fake_squeue(tmp_path, flag))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    out = tmp_path / "p"
+    _start_mark(out, "a-slurm", host="node1", pid=1, slurm_job_id="4242", started_utc="2026-12-07T10:00:00+00:00")
+    _start_mark(out, "b-gone", host="node2", pid=1, slurm_job_id="77", started_utc="2026-12-07T09:00:00+00:00")
+    _start_mark(out, "b-completed", host="node2", pid=1, slurm_job_id="78", started_utc="2026-12-07T09:00:00+00:00")
+    _start_mark(out, "c-ended", host="node1", pid=1, slurm_job_id="4242", started_utc="2026-12-07T08:00:00+00:00")
+    (out / "started" / "c-ended.end.json").write_text(json.dumps({"attempt": "c-ended", "phase": "end"}))
+    host = socket.gethostname()
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "run-point"]) as live, \
+            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as other:
+        time.sleep(0.2)
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        _start_mark(out, "d-here", host=host, pid=live.pid, slurm_job_id=None, started_utc=now)
+        _start_mark(out, "e-not-a-point-job", host=host, pid=other.pid, slurm_job_id=None, started_utc=now)
+        # a pid the attempt cannot have had: that process started after the attempt's mark
+        _start_mark(out, "f-reused-pid", host=host, pid=live.pid, slurm_job_id=None,
+                    started_utc="2026-12-07T00:00:00+00:00")
+        assert [a["attempt"] for a in live_attempts(out)] == ["a-slurm", "d-here"]
+        flag.unlink()  # Slurm no longer lists job 4242
+        live.kill()
+        live.wait()
+        assert live_attempts(out) == []
+        other.kill()
+
+
+@pytest.fixture
+def first_attempt_running(tmp_path, monkeypatch) -> tuple[Path, Path, Path]:
+    """A point whose first attempt (Slurm job 4242, listed by squeue while the returned flag file exists) has
+    measured some cells and is still running: (its directory, its done.json, the flag)."""
+    flag = tmp_path / "running"
+    flag.touch()
+    monkeypatch.setenv("PATH", _fake_squeue(tmp_path, flag))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setattr(marks_module, "LIVE_POLL_S", 0.05)
+    out = tmp_path / "points" / "ar"
+    _start_mark(out, "first", host="node1", pid=1, slurm_job_id="4242", started_utc="2026-12-07T10:00:00+00:00")
+    (out / "bench").mkdir()  # what the first attempt has measured so far
+    return out, out / "done.json", flag
+
+
+def test_a_second_attempt_waits_for_the_running_one_and_keeps_its_record(first_attempt_running, capsys):
+    # the Snakemake that submitted the first attempt was killed; a new invocation submits the point again while the
+    # first attempt's Slurm job still measures it: the second waits, and takes the record the first one writes
+    out, done, flag = first_attempt_running
+
+    def first_attempt_finishes() -> None:
+        time.sleep(0.5)
+        done.write_text(json.dumps({"point_id": "ar", "status": "ok"}))
+        flag.unlink()
+
+    finisher = threading.Thread(target=first_attempt_finishes)
+    finisher.start()
+    record = demo_record("ar", **NO_CODING)
+    assert cli_main(["run-point", "--record", json.dumps(record), "--out", str(out), "--done", str(done)]) == 0
+    finisher.join()
+    err = capsys.readouterr().err
+    assert "an earlier attempt of this job is still running: attempt first (Slurm job 4242, host node1" in err
+    assert "was finished by the attempt this one waited for; its record stands" in err
+    assert json.loads(done.read_text())["status"] == "ok"
+    assert sorted(p.name for p in out.iterdir()) == ["bench", "done.json", "started"]  # nothing moved or started
+    assert sorted(p.name for p in (out / "started").iterdir()) == ["first.start.json"]
+
+
+@pytest.mark.slow
+def test_after_waiting_for_an_attempt_that_left_no_record_the_point_runs(first_attempt_running):
+    out, done, flag = first_attempt_running
+    threading.Timer(0.3, flag.unlink).start()  # the first attempt's job ends without a record (killed)
+    record = demo_record("ar", **NO_CODING)
+    assert cli_main(["run-point", "--record", json.dumps(record), "--out", str(out), "--done", str(done)]) == 0
+    assert json.loads(done.read_text())["status"] == "ok"
+    assert [a["attempt"] for a in json.loads(done.read_text())["interrupted_attempts"]] == ["first"]
+    (archived,) = (out / "attempts").iterdir()  # the first attempt's files, kept apart
+    assert (archived / "bench").is_dir()

@@ -50,7 +50,7 @@ from ddsweep.point.lifecycle import (
     render_server,
     verify_settings,
 )
-from ddsweep.point.marks import AttemptMarks
+from ddsweep.point.marks import AttemptMarks, wait_for_live_attempts
 from ddsweep.point.multinode import group_spec, is_multinode
 from ddsweep.point.preflight import PROBE_PORT, Finding
 from ddsweep.point.signals import Interrupted, install_handlers
@@ -451,6 +451,10 @@ def _run_point_command(args: argparse.Namespace) -> int:
         print(f"ddsweep run-point: {exc}", file=sys.stderr)
         return 2
     out_dir = Path(args.out or f"results/points/{record['point_id']}")
+    if wait_for_live_attempts(out_dir, _stderr) and args.done and _finished_record(Path(args.done)):
+        print(f"ddsweep run-point: point {record['point_id']} was finished by the attempt this one waited for; its "
+              f"record stands ({args.done})", file=sys.stderr)
+        return 0
     budget = TimeBudget.from_env(os.environ.get(BUDGET_ENV))
     refusal = budget.refusal(observed=observed_like(out_dir)) if budget is not None else None
     if refusal and args.done:
@@ -460,6 +464,16 @@ def _run_point_command(args: argparse.Namespace) -> int:
     with AttemptMarks(out_dir) as marks:
         code = _run_and_record(args, record, out_dir, marks)
     return code
+
+
+def _finished_record(done: Path) -> bool:
+    """Whether `done` holds a result of the study (completed, or failed because of its configuration); a failure
+    of the machine recorded as persisted runs again in this invocation."""
+    try:
+        record = json.loads(done.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("status") in ("ok", "failed") and not record.get("persisted")
 
 
 def _record_not_started(record: dict, out_dir: Path, done: Path, refusal: str) -> None:

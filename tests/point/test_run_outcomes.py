@@ -353,7 +353,7 @@ def test_a_second_attempt_waits_for_the_running_one_and_keeps_its_record(first_a
 def test_after_waiting_for_an_attempt_that_left_no_record_the_point_runs(first_attempt_running):
     out, done, flag = first_attempt_running
     threading.Timer(0.3, flag.unlink).start()  # the first attempt's job ends without a record (killed)
-    record = demo_record("ar", **NO_CODING)
+    record = _matrix(demo_record("ar", **NO_CODING), contexts=[128])
     assert cli_main(["run-point", "--record", json.dumps(record), "--out", str(out), "--done", str(done)]) == 0
     assert json.loads(done.read_text())["status"] == "ok"
     assert [a["attempt"] for a in json.loads(done.read_text())["interrupted_attempts"]] == ["first"]

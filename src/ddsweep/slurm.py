@@ -42,16 +42,21 @@ ENDED_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FA
                           "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT"})
 
 
-def slurm_job_running(job: str) -> bool | None:
-    """Whether Slurm job `job` is still queued or running (`squeue -j`), None where squeue does not answer here."""
+def slurm_job_running(job: str, host: str | None = None) -> bool | None:
+    """Whether Slurm job `job` is still queued or running (`squeue -j`), and where `host` is given, as the job whose
+    batch host that is (a job id seen on another cluster, as a store's marks may carry, names another job here);
+    None where squeue does not answer here."""
     if not shutil.which("squeue"):
         return None
     try:
-        done = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, timeout=30,
+        done = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T %B"], capture_output=True, text=True, timeout=30,
                               check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     # a job Slurm no longer lists: no line, or "Invalid job id specified" with a non-zero status; one it still
     # lists may have ended (squeue shows every state of a job asked for by id where its version does)
-    state = done.stdout.strip().split("\n")[0] if done.returncode == 0 else ""
-    return bool(state) and state not in ENDED_STATES
+    state, _, batch_host = (done.stdout.strip().split("\n")[0] if done.returncode == 0 else "").partition(" ")
+    if not state or state in ENDED_STATES:
+        return False
+    known = batch_host.strip() not in ("", "n/a", "(null)")
+    return not (host and known and batch_host.strip().split(".")[0] != host.split(".")[0])

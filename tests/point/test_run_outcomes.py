@@ -268,11 +268,13 @@ def test_a_point_killed_while_its_end_mark_goes_to_the_store_keeps_its_done_reco
 
 
 def _fake_squeue(tmp_path, running_while: Path) -> str:
-    """A PATH whose squeue lists job 4242 as RUNNING while `running_while` exists, job 78 as COMPLETED."""
+    """A PATH whose squeue lists job 4242 as RUNNING on node1 while `running_while` exists, job 78 as COMPLETED,
+    job 79 as RUNNING on node9."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "squeue").write_text(f'#!/bin/sh\n[ "$3" = 4242 ] && [ -e {running_while} ] && echo RUNNING\n'
-                                    '[ "$3" = 78 ] && echo COMPLETED\nexit 0\n')
+    (bin_dir / "squeue").write_text(f'#!/bin/sh\n[ "$3" = 4242 ] && [ -e {running_while} ] && echo RUNNING node1\n'
+                                    '[ "$3" = 78 ] && echo COMPLETED node1\n[ "$3" = 79 ] && echo RUNNING node9\n'
+                                    'exit 0\n')
     (bin_dir / "squeue").chmod(0o755)
     return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
 
@@ -291,6 +293,9 @@ def test_an_earlier_attempt_is_running_while_its_slurm_job_or_its_process_runs(t
     _start_mark(out, "a-slurm", host="node1", pid=1, slurm_job_id="4242", started_utc="2026-12-07T10:00:00+00:00")
     _start_mark(out, "b-gone", host="node2", pid=1, slurm_job_id="77", started_utc="2026-12-07T09:00:00+00:00")
     _start_mark(out, "b-completed", host="node2", pid=1, slurm_job_id="78", started_utc="2026-12-07T09:00:00+00:00")
+    # a job id from another cluster (marks pulled from a study store): here it names a job on another node
+    _start_mark(out, "b-other-cluster", host="gpu-a.example.org", pid=1, slurm_job_id="79",
+                started_utc="2026-12-07T09:00:00+00:00")
     _start_mark(out, "c-ended", host="node1", pid=1, slurm_job_id="4242", started_utc="2026-12-07T08:00:00+00:00")
     (out / "started" / "c-ended.end.json").write_text(json.dumps({"attempt": "c-ended", "phase": "end"}))
     host = socket.gethostname()

@@ -107,7 +107,7 @@ def live_attempts(out_dir: Path) -> list[dict[str, Any]]:
             continue
         job = start.get("slurm_job_id")
         if job and job != os.environ.get("SLURM_JOB_ID"):
-            running = slurm_job_running(str(job))
+            running = slurm_job_running(str(job), start.get("host"))
         elif start.get("host") == socket.gethostname() and isinstance(start.get("pid"), int):
             running = _process_runs(start["pid"], start.get("started_utc"))
         else:

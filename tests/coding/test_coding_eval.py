@@ -310,3 +310,19 @@ def test_coding_eval_records_acceptance_from_its_own_requests(tmp_path: Path) ->
     assert all(p["spec_verify_ct"] for p in problems)
     ratio = sum(p["completion_tokens"] for p in problems) / sum(p["spec_verify_ct"] for p in problems)
     assert summary["acceptance_length"] == pytest.approx(ratio) and summary["acceptance_requests"] == 3
+
+
+def test_a_refused_request_is_recorded_with_the_servers_reason(tmp_path: Path) -> None:
+    """A prompt and max_tokens over the server's context length: SGLang answers 400 with its reason, which the
+    record and the eval's error name (not only the status line)."""
+    sim = Sim("--context-length", "256", *FAST)
+    try:
+        with pytest.raises(CodingEvalError, match="1 of 1 coding requests .* failed .*maximum context length of 256"):
+            run_coding_eval(sim.url, tmp_path, CodingSettings(task_ids=["HumanEval/0"], max_tokens=512),
+                            simulated=True)
+    finally:
+        sim.close()
+    (record,) = read_jsonl(tmp_path / "problems.jsonl")
+    assert record["error_kind"] == "request"
+    assert "HTTP 400 from " in record["error"] and "Requested token count exceeds the model's maximum context " \
+        "length of 256 tokens" in record["error"] and "512 tokens for the completion" in record["error"]

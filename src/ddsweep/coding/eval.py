@@ -99,6 +99,22 @@ def resolve_model(client: httpx.Client, url: str, configured: str | None) -> str
         return "default"
 
 
+def error_message(response: httpx.Response) -> str:
+    """The reason an error answer gives: SGLang's `{"object": "error", "message"}`, `{"error": {"message"}}`,
+    FastAPI's `{"detail"}`, else the start of the body."""
+    try:
+        doc = response.json()
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        error = doc.get("error")
+        reason = (doc.get("message") if doc.get("object") == "error" else None) or (
+            error.get("message") if isinstance(error, dict) else error) or doc.get("detail")
+        if reason:
+            return str(reason)
+    return response.text[:300] or response.reason_phrase
+
+
 def request_completion(
     client: httpx.Client, url: str, model: str, problem: Problem, max_tokens: int, timeout_s: float
 ) -> Completion:
@@ -115,7 +131,9 @@ def request_completion(
         },
         timeout=timeout_s,
     )
-    response.raise_for_status()
+    if response.is_error:  # SGLang's own reason, e.g. a prompt and max_tokens over the context length
+        raise httpx.HTTPStatusError(f"HTTP {response.status_code} from {url}/v1/chat/completions: "
+                                    f"{error_message(response)}", request=response.request, response=response)
     try:
         body = response.json()
         choice = body["choices"][0]

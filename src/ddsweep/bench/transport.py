@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ddsweep.coding.errors import stream_error
+
 HTTP_CLIENTS = ("asyncio", "aiohttp", "httpx")
 
 
@@ -44,20 +46,6 @@ def chunk_tokens(data: bytes) -> int | None:
     except (ValueError, KeyError, TypeError):
         return None
     return tokens if type(tokens) is int else None
-
-
-def stream_error(data: bytes) -> str | None:
-    """The message of an error event SGLang streams in place of a chunk (`{"error": {"message": ...}}`, sent when
-    a streamed request is refused, e.g. a prompt past the context length) or of an error answer's body: SGLang's
-    `{"object": "error", "message": ...}` (its HTTPException handler), FastAPI's `{"detail": ...}`; else None."""
-    try:
-        doc = json.loads(data)
-        error = doc.get("error") or doc.get("detail") or (doc.get("message") if doc.get("object") == "error" else None)
-    except (ValueError, AttributeError):
-        return None
-    if isinstance(error, dict):
-        return str(error.get("message") or error)
-    return str(error) if error else None
 
 
 class StreamState:

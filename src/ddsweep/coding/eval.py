@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ddsweep.coding.errors import stream_error
 from ddsweep.coding.extraction import extract_code
 from ddsweep.coding.humaneval import Problem, instruction, select_problems
 from ddsweep.coding.lossless import compare_outputs
@@ -100,19 +101,8 @@ def resolve_model(client: httpx.Client, url: str, configured: str | None) -> str
 
 
 def error_message(response: httpx.Response) -> str:
-    """The reason an error answer gives: SGLang's `{"object": "error", "message"}`, `{"error": {"message"}}`,
-    FastAPI's `{"detail"}`, else the start of the body."""
-    try:
-        doc = response.json()
-    except ValueError:
-        doc = None
-    if isinstance(doc, dict):
-        error = doc.get("error")
-        reason = (doc.get("message") if doc.get("object") == "error" else None) or (
-            error.get("message") if isinstance(error, dict) else error) or doc.get("detail")
-        if reason:
-            return str(reason)
-    return response.text[:300] or response.reason_phrase
+    """The reason an error answer gives (`stream_error`), else the start of its body."""
+    return stream_error(response.content) or response.text[:300] or response.reason_phrase
 
 
 def request_completion(

@@ -38,6 +38,7 @@ from ddsweep.point.failures import (
     classify,
     engine_exceptions,
     previous_failure,
+    read_record,
 )
 from ddsweep.point.gpus import check_gpus
 from ddsweep.point.lifecycle import (
@@ -469,11 +470,8 @@ def _run_point_command(args: argparse.Namespace) -> int:
 def _finished_record(done: Path) -> bool:
     """Whether `done` holds a result of the study (completed, or failed because of its configuration); a failure
     of the machine recorded as persisted runs again in this invocation."""
-    try:
-        record = json.loads(done.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(record, dict) and record.get("status") in ("ok", "failed") and not record.get("persisted")
+    record = read_record(done)
+    return record.get("status") in ("ok", "failed") and not record.get("persisted")
 
 
 def _record_not_started(record: dict, out_dir: Path, done: Path, refusal: str) -> None:

@@ -78,9 +78,15 @@ for links in ${PIP_FIND_LINKS:-}; do
     done
 done
 # uv where the virtualenv has it (as .ci/run installs it): its parallel downloads take a fraction of pip's time.
+# Bytecode: compiled at install only where Python does not write it itself (PYTHONDONTWRITEBYTECODE set), since
+# every server start would otherwise compile what it imports again; elsewhere the import check at the end compiles
+# what the server imports, once (torch, transformers and SGLang have some 9,000 modules, most never imported here).
 uv="$(dirname "$python")/uv"
 if [[ -x "$uv" ]]; then
-    install=("$uv" pip install --quiet --compile-bytecode --python "$python" --no-cache)
+    install=("$uv" pip install --quiet --python "$python" --no-cache)
+    if [[ -n "${PYTHONDONTWRITEBYTECODE:-}" ]]; then
+        install+=(--compile-bytecode)
+    fi
 else
     install=("$python" -m pip install --quiet --disable-pip-version-check --no-cache-dir)
 fi

@@ -75,6 +75,34 @@ def test_a_failure_is_classified_by_kind_log_patterns_and_the_previous_attempt(k
     assert classify(kind, log, PATTERNS, "D", previous).failure_class == expected
 
 
+# SGLang 0.5.23's refusals of a request that does not fit the context length, as a point's error carries them
+REFUSED_COMPLETION = ("2 of 2 coding requests to http://127.0.0.1:1 failed (allowed fraction 0.05); first error: "
+                      "HTTPStatusError: HTTP 400 from http://127.0.0.1:1/v1/chat/completions: Requested token count "
+                      "exceeds the model's maximum context length of 256 tokens. You requested a total of 1212 "
+                      "tokens: 188 tokens from the input messages and 1024 tokens for the completion.")
+REFUSED_PROMPT = ("cell coding ctx=2048 C=1: 35 of 35 requests failed: HTTP 400: The input (1996 tokens) is longer "
+                  "than the model's context length (1024 tokens).")
+
+
+@pytest.mark.parametrize(("kind", "error", "expected"), [
+    ("coding", REFUSED_COMPLETION, CONFIGURATION),
+    ("bench_failures", REFUSED_PROMPT, CONFIGURATION),
+    # the same failure without the server's reason: retried, as any first occurrence
+    ("coding", "2 of 2 coding requests to http://127.0.0.1:1 failed (allowed fraction 0.05); first error: "
+               "ReadTimeout: timed out", INFRASTRUCTURE),
+])
+def test_requests_refused_as_longer_than_the_context_are_the_configurations_result_at_once(kind, error, expected):
+    found = classify(kind, "", PATTERNS, "D", None, error)
+    assert found.failure_class == expected, found
+    if expected == CONFIGURATION:
+        assert "longer than its context length" in found.why and "context length" in found.why
+
+
+def test_a_log_matching_an_infrastructure_pattern_wins_over_a_context_refusal():
+    found = classify("coding", "CUDA out of memory", PATTERNS, "D", None, REFUSED_COMPLETION)
+    assert found.failure_class == INFRASTRUCTURE and "infrastructure pattern" in found.why
+
+
 # What SGLang printed at every start when deep_gemm's compiled library did not load (sgl-deep-gemm 0.2.5 with
 # torch 2.11): it imports deep_gemm at start-up, whatever the preset.
 LIBRARY_NOT_LOADED = """Traceback (most recent call last):
@@ -183,6 +211,24 @@ def test_a_server_whose_engine_raises_on_the_first_request_is_a_configuration_re
     done = json.loads((out / "done.json").read_text())
     assert done["status"] == "failed" and "persisted" not in done
     assert "during the benchmark: RuntimeError: The size of tensor a (7)" in done["reason"]
+
+
+@pytest.mark.slow
+def test_a_coding_eval_the_context_cannot_hold_is_a_configuration_result_at_once(tmp_path):
+    # HumanEval's prompts and coding_eval.max_tokens (1024) do not fit a context of 256 tokens: every request is
+    # refused with SGLang's reason, the same on any machine, so no second start-up is spent on it
+    record = demo_record("ar", sim_args=["--context-length", "256"], coding_eval={"limit": 2})
+    record["benchmark"].update({"contexts": [128], "concurrency": [1], "repeats": 1, "requests_per_cell": 2,
+                                "warmup_requests": 0, "min_window_s": 0,
+                                "workloads": [{"name": "coding", "kind": "coding"}]})
+    out = tmp_path / "p"
+    result = _run_point(record, out, None, "--attempt", "1", "--attempts", "3")
+    assert result.returncode == 0, result.stderr
+    failure = json.loads((out / "failure.json").read_text())
+    assert failure["error_kind"] == "coding" and failure["failure_class"] == CONFIGURATION, failure
+    assert failure["attempt"] == 1 and "maximum context length of 256 tokens" in failure["classified_by"]
+    done = json.loads((out / "done.json").read_text())
+    assert done["status"] == "failed" and "persisted" not in done
 
 
 def test_the_record_digest_ignores_operational_settings_and_follows_measurement_ones():

@@ -33,6 +33,11 @@ WHY_CONFIGURATION = {"verify": "verify: the server ran and did not apply the con
 # Kinds that never depend on the configuration: the machine, the filesystem, a signal from outside, a start-up
 # that did not finish in time (a slow shared filesystem under many concurrent loads), busy GPUs.
 ALWAYS_INFRASTRUCTURE = frozenset({"config", "io", "interrupted", "startup_timeout", "gpus_busy"})
+# SGLang's refusals of a request that does not fit the model's context length (tokenizer_manager.py, 0.5.17 and
+# 0.5.23): the prompt, the tokens asked and the context length are all the configuration's, so every attempt is
+# refused alike.
+CONTEXT_REFUSAL = re.compile(r"Requested token count exceeds the model's maximum context length of \d+ tokens"
+                             r"|The input \(\d+ tokens\) is longer than the model's context length \(\d+ tokens\)")
 # Kinds where the server process ended: a traceback in its log is what it died of.
 SERVER_DIED = frozenset({"startup_exit", "server_crash"})
 TRACEBACK = "Traceback (most recent call last):"
@@ -128,8 +133,9 @@ def previous_failure(out_dir: Path) -> dict | None:
 
 
 def classify(kind: str, log_text: str, patterns: Mapping[str, list[str]], digest: str,
-             previous: Mapping | None) -> Classification:
-    """The class of a failure of `kind`, from the server log, the preset's patterns and the previous attempt."""
+             previous: Mapping | None, error: str = "") -> Classification:
+    """The class of a failure of `kind`, from the server log, the preset's patterns, the failure's own message
+    (`error`: the answers its requests got) and the previous attempt."""
     if kind in ALWAYS_CONFIGURATION:
         return Classification(CONFIGURATION, WHY_CONFIGURATION[kind])
     if kind in ALWAYS_INFRASTRUCTURE:
@@ -147,6 +153,11 @@ def classify(kind: str, log_text: str, patterns: Mapping[str, list[str]], digest
     if missing:
         return Classification(INFRASTRUCTURE, f"the server could not load its software: {missing.describe()}; the "
                               "environment's, whatever the configuration")
+    refused = CONTEXT_REFUSAL.search(error)
+    if refused:
+        return Classification(CONFIGURATION, f"the server refused its requests as longer than its context length "
+                              f"({refused.group(0)}): the configuration's context length and request sizes, the "
+                              "same on every attempt")
     if previous and previous.get("error_kind") == kind and previous.get("record_sha256") == digest:
         return Classification(CONFIGURATION, f"{kind} happened again on retry (attempt "
                               f"{int(previous.get('attempt') or 1) + 1}): deterministic")

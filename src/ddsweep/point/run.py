@@ -358,7 +358,8 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
         """Classify the failure and write failure.json with its class, attempt and record digest."""
         log_path = out_dir / "server.log"
         log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
-        exc.classification = classify(exc.kind, log_text, record.get("failure_patterns") or {}, digest, prior)
+        exc.classification = classify(exc.kind, log_text, record.get("failure_patterns") or {}, digest, prior,
+                                      str(exc))
         attempt = int(prior.get("attempt") or 1) + 1 if prior else 1
         write_json_atomic(out_dir / "failure.json", run.record(
             "failed", error_kind=exc.kind, error=str(exc), failure_class=exc.classification.failure_class,

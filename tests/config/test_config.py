@@ -188,6 +188,9 @@ BROKEN = [
     ("analysis.priorities", {"fast": {"nosuch": 1.0}}, "analysis.priorities.fast.nosuch: no regime named"),
     ("coding_eval.limit", 500, "coding_eval.limit: 500 exceeds the 164"),
     ("coding_eval.retry_truncated_max_tokens", 100, "coding_eval.retry_truncated_max_tokens: 100 must be larger"),
+    # the study's coding_eval.max_tokens (8192) against a context length the study sets
+    ("target.server_args", ["--context-length", "8192"], "coding_eval.max_tokens: 8192 does not fit --context-length "
+     "8192 in target.server_args with any prompt"),
     ("coding_eval.task_ids", ["MBPP/1"], "coding_eval.task_ids[0]"),
     ("coding_eval.task_ids", ["HumanEval/3", "HumanEval/164"], "coding_eval.task_ids: unknown HumanEval task id(s) "
      "'HumanEval/164'"),
@@ -201,6 +204,18 @@ def test_broken_configs_are_rejected_with_the_key_named(study, path, value, mess
     with pytest.raises(ConfigError) as error:
         validate_config(broken)
     assert message in str(error.value)
+
+
+def test_a_context_length_that_holds_the_coding_answers_or_no_coding_eval_is_accepted(study):
+    # the study's max_tokens 8192 and retry 32768; room for the prompt is left to the point (the server counts it)
+    assert validate_config(_set(study, "target.server_args", ["--context-length", "65536"]))
+    no_coding = _set(_set(study, "target.server_args", ["--context-length", "1024"]), "coding_eval.enabled", False)
+    assert validate_config(no_coding)
+    short = _set(_set(study, "target.server_args", ["--context-length=16384"]), "coding_eval.max_tokens", 4096)
+    with pytest.raises(ConfigError, match="coding_eval.retry_truncated_max_tokens: 32768 does not fit "
+                                          "--context-length 16384"):
+        validate_config(short)
+    assert validate_config(_set(short, "coding_eval.retry_truncated_max_tokens", None))
 
 
 def test_broken_yaml_file_names_the_file(tmp_path):

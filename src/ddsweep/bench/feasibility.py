@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ddsweep.bench.workloads import TOLERANCE, PromptBuilder, TokenizeFn, Workload, WorkloadError
+from ddsweep.config.study import context_length_flag
 
 
 def unbuildable_cells(tokenize: TokenizeFn, bench: dict[str, Any]) -> list[dict[str, Any]]:
@@ -48,19 +49,6 @@ def over_context_cells(bench: dict[str, Any], context_length: int, source: str) 
                                         f"new tokens may exceed the context length of {context_length} tokens "
                                         f"({source}); SGLang refuses such a request"})
     return found
-
-
-def context_length_flag(args: list[str]) -> int | None:
-    """The value of SGLang's `--context-length` in a server command line, or None where it is not given."""
-    for i, token in enumerate(args):
-        value = args[i + 1] if token == "--context-length" and i + 1 < len(args) else (
-            token.split("=", 1)[1] if token.startswith("--context-length=") else None)
-        if value is not None:
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
 
 
 def local_tokenizer(config: dict) -> tuple[TokenizeFn | None, str]:

@@ -309,8 +309,22 @@ def _check_stall(config: dict) -> None:
                           "named; leave it null (a tenth of the request timeout) or lower it")
 
 
+def context_length_flag(args: list[str]) -> int | None:
+    """The value of SGLang's `--context-length` in a server command line, or None where it is not given."""
+    for i, token in enumerate(args):
+        value = args[i + 1] if token == "--context-length" and i + 1 < len(args) else (
+            token.split("=", 1)[1] if token.startswith("--context-length=") else None)
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
 def _check_coding(config: dict) -> None:
-    """The coding-eval subset must exist."""
+    """The coding-eval subset must exist, and its answers' tokens fit a context length the study sets: SGLang
+    refuses a request whose prompt and max_tokens exceed it, so every point would fail its coding eval."""
     coding = config["coding_eval"]
     if coding["limit"] and coding["limit"] > CODING_PROBLEMS:
         raise ConfigError(f"coding_eval.limit: {coding['limit']} exceeds the {CODING_PROBLEMS} HumanEval problems")
@@ -323,6 +337,17 @@ def _check_coding(config: dict) -> None:
     if retry is not None and retry <= coding["max_tokens"]:
         raise ConfigError(f"coding_eval.retry_truncated_max_tokens: {retry} must be larger than "
                           f"coding_eval.max_tokens ({coding['max_tokens']})")
+    length = context_length_flag([str(a) for a in config["target"].get("server_args") or []])
+    if not coding["enabled"] or length is None:
+        return
+    why = (f"does not fit --context-length {length} in target.server_args with any prompt: SGLang refuses a request "
+           "whose prompt and max_tokens exceed the context length")
+    if coding["max_tokens"] >= length:
+        raise ConfigError(f"coding_eval.max_tokens: {coding['max_tokens']} {why}, so every point's coding eval would "
+                          f"fail; lower it below {length} (leaving room for the prompt) or raise the context length")
+    if retry is not None and retry >= length:
+        raise ConfigError(f"coding_eval.retry_truncated_max_tokens: {retry} {why}, so every truncated answer's retry "
+                          f"would fail; lower it below {length}, set it to null, or raise the context length")
 
 
 def _check_reference(config: dict, points: list[Point]) -> None:

@@ -198,6 +198,10 @@ def test_plan_names_the_contexts_no_prompt_can_be_sized_to_with_the_model_direct
     out = capsys.readouterr().out
     assert f"Benchmark cells no point can measure (checked with the tokenizer of {tmp_path})" in out
     assert "  coding ctx=8: workload coding: no prompt can be sized to context 8" in out
+    # the estimate counts what the points will measure: the coding workload's context 8 at every concurrency is out
+    bench = demo_config(benchmark={"contexts": [8, 128, 2048]})["benchmark"]
+    estimate = json.loads((tmp_path / "plan.json").read_text())["estimate"]["running_points"]
+    assert estimate["cells_per_point"] == (len(benchmark_cells(bench)) - len(bench["concurrency"])) * bench["repeats"]
 
 
 def _dry_run(workdir: Path, *configfiles: str) -> str:

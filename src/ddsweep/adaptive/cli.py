@@ -20,7 +20,7 @@ from ddsweep.adaptive.stages import (
     running_baselines,
     screen_ids,
 )
-from ddsweep.bench.feasibility import matrix_check, matrix_report
+from ddsweep.bench.feasibility import feasible_workloads, matrix_check, matrix_report
 from ddsweep.config.families import canaries_line
 from ddsweep.config.plan import format_plan, plan_document
 from ddsweep.config.study import ConfigError, add_config_arguments, config_from_args
@@ -88,10 +88,14 @@ def _run_plan(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"ddsweep plan: {exc}", file=sys.stderr)
         return 2
+    # the GPU time of what the points will measure: every point leaves the infeasible cells out
+    bench = config["benchmark"]
+    workloads = feasible_workloads(bench["workloads"], bench["contexts"], cells)
+    measured = {**config, "benchmark": {**bench, "workloads": workloads}} if workloads else config
     if args.write:
-        write_json_atomic(args.write, {**plan_document(config, on_slurm), "strategy": strategy,
+        write_json_atomic(args.write, {**plan_document(measured, on_slurm), "strategy": strategy,
                                        "infeasible_cells": cells, "infeasible_cells_checked_with": source})
-    print(format_plan(config, format_stage_plan(config, results), on_slurm))
+    print(format_plan(measured, format_stage_plan(measured, results), on_slurm))
     print(canaries_line(config))
     print(matrix_report(cells, source))
     return 0

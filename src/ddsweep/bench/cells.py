@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from ddsweep import storage
 from ddsweep.bench import metrics
 from ddsweep.bench.closed_loop import LoopState, StopRule, run_cell, window_record
-from ddsweep.bench.feasibility import over_context_cells, unbuildable_cells
+from ddsweep.bench.feasibility import feasible_workloads, over_context_cells, unbuildable_cells
 from ddsweep.bench.gpu_sampler import GpuSampler
 from ddsweep.bench.hangs import HangWatch, ServerHang, stall_timeout
 from ddsweep.bench.records import RequestRecord, cache_check, cell_figures, group_figures
@@ -210,13 +210,7 @@ def without_cells(settings: BenchSettings, infeasible: list[dict[str, Any]]) -> 
     """`settings` without the infeasible (workload, context) cells; None when no cell is left."""
     if not infeasible:
         return settings
-    drop = {(cell["workload"], cell["context"]) for cell in infeasible}
-    workloads = []
-    for entry in settings.workloads:
-        workload = Workload.from_config(entry)
-        contexts = [c for c in workload.contexts or settings.contexts if (workload.name, c) not in drop]
-        if contexts:
-            workloads.append({**entry, "contexts": contexts})
+    workloads = feasible_workloads(settings.workloads, settings.contexts, infeasible)
     return replace(settings, workloads=workloads) if workloads else None
 
 

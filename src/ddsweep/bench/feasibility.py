@@ -96,6 +96,20 @@ def matrix_check(config: dict) -> tuple[list[dict[str, Any]], str]:
     return cells, f"{source} and {flag}" if over else source
 
 
+def feasible_workloads(workloads: list[dict[str, Any]], contexts: list[int],
+                       infeasible: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The workload entries without the infeasible (workload, context) cells, each listing the contexts it keeps
+    (`contexts`: the matrix's, for a workload without its own); a workload with none left is dropped."""
+    drop = {(cell["workload"], cell["context"]) for cell in infeasible}
+    kept = []
+    for entry in workloads:
+        workload = Workload.from_config(entry)
+        left = [c for c in workload.contexts or contexts if (workload.name, c) not in drop]
+        if left:
+            kept.append({**entry, "contexts": left})
+    return kept
+
+
 def describe(infeasible: list[dict[str, Any]]) -> str:
     """The infeasible cells in one line: `chat ctx=128 (no prompt can be sized ...)`."""
     return "; ".join(f"{c['workload']} ctx={c['context']} ({c['reason']})" for c in infeasible)

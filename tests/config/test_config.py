@@ -216,6 +216,8 @@ def test_a_context_length_that_holds_the_coding_answers_or_no_coding_eval_is_acc
                                           "--context-length 16384"):
         validate_config(short)
     assert validate_config(_set(short, "coding_eval.retry_truncated_max_tokens", None))
+    # where SGLang truncates instead of refusing, the answers are cut short but not refused
+    assert validate_config(_set(study, "target.server_args", ["--context-length", "1024", "--allow-auto-truncate"]))
 
 
 def test_broken_yaml_file_names_the_file(tmp_path):

@@ -337,9 +337,10 @@ def _check_coding(config: dict) -> None:
     if retry is not None and retry <= coding["max_tokens"]:
         raise ConfigError(f"coding_eval.retry_truncated_max_tokens: {retry} must be larger than "
                           f"coding_eval.max_tokens ({coding['max_tokens']})")
-    length = context_length_flag([str(a) for a in config["target"].get("server_args") or []])
-    if not coding["enabled"] or length is None:
-        return
+    server_args = [str(a) for a in config["target"].get("server_args") or []]
+    length = context_length_flag(server_args)
+    if not coding["enabled"] or length is None or "--allow-auto-truncate" in server_args:
+        return  # with --allow-auto-truncate SGLang lowers max_new_tokens instead of refusing
     why = (f"does not fit --context-length {length} in target.server_args with any prompt: SGLang refuses a request "
            "whose prompt and max_tokens exceed the context length")
     if coding["max_tokens"] >= length:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -279,6 +280,19 @@ def test_rerun_archives_the_previous_attempt(tmp_path):
         run_point(record, out)
     attempts = list((out / "attempts").iterdir())
     assert len(attempts) == 1 and (attempts[0] / "failure.json").read_text() == "{}"
+
+
+def test_every_attempt_keeps_its_own_progress_log_with_its_record(tmp_path):
+    """Snakemake removes a job's log file before each attempt: the point directory keeps each attempt's lines."""
+    out = tmp_path / "p"
+    with pytest.raises(PointFailed):
+        run_point(demo_record("ar", sim_args=["--sim-fault", "exit-during-startup"], **NO_CODING), out)
+    run_point(demo_record("ar", **NO_CODING), out)
+    (first,) = (out / "attempts").iterdir()
+    failed, done = (first / "progress.log").read_text(), (out / "progress.log").read_text()
+    assert "ar: started " in failed and "starting server on" in failed
+    assert re.search(r"FAILED \(startup_exit, \w+\): the server exited with code \d+ during startup", failed), failed
+    assert "ar: started " in done and "server healthy after" in done and "FAILED" not in done
 
 
 def start_run_point_on_a_slow_server(out: Path, stderr: int) -> tuple[subprocess.Popen, int]:

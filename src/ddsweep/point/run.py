@@ -61,6 +61,8 @@ from ddsweep.storage import read_json, write_json_atomic
 from ddsweep.store import STARTED
 
 PORT_ATTEMPTS = 3
+# The attempt's own progress lines, in its point directory (results-schema.md).
+PROGRESS_LOG = "progress.log"
 # Seconds a server whose requests failed is given to end, before the failure is named a crash or not.
 CRASH_GRACE_S = 5.0
 
@@ -112,6 +114,21 @@ def job_placement() -> dict[str, Any]:
 def _stderr(message: str) -> None:
     """Progress lines go to stderr (the job's log) with a timestamp."""
     print(f"[{datetime.now().strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _logged(progress: Callable[[str], None], path: Path) -> tuple[Callable[[str], None], Callable[[str], None]]:
+    """`progress` that also appends each line, timestamped, to `path` (the attempt's own log, which stays with its
+    record: a later attempt moves it to attempts/ with the rest, whereas Snakemake removes a job's log file before
+    every attempt), and a writer to that file alone. A line that cannot be written is left out of the file only."""
+
+    def to_file(message: str) -> None:
+        with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as handle:
+            handle.write(f"[{datetime.now().strftime('%H:%M:%S')}] {message}\n")
+
+    def both(message: str) -> None:
+        progress(message)
+        to_file(message)
+    return both, to_file
 
 
 def _can_import_sglang(python: str) -> bool:
@@ -350,6 +367,9 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
     out_dir = Path(out_dir)
     _archive_previous_attempt(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    progress, to_log = _logged(progress, out_dir / PROGRESS_LOG)
+    to_log(f"{record['point_id']}: started {datetime.now().astimezone().isoformat(timespec='seconds')} on "
+           f"{socket.gethostname()}, pid {os.getpid()}")
     run = PointRun(point_id=record["point_id"], simulated=bool(record.get("simulated")))
     prior = previous_failure(out_dir)
     digest = record_digest(record)
@@ -364,6 +384,7 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
         write_json_atomic(out_dir / "failure.json", run.record(
             "failed", error_kind=exc.kind, error=str(exc), failure_class=exc.classification.failure_class,
             classified_by=exc.classification.why, attempt=attempt, record_sha256=digest, **exc.details))
+        to_log(f"FAILED ({exc.kind}, {exc.classification.failure_class}): {exc}")
         return exc
     received: list[str] = []
     left = slurm_time_left_s() if time_limit_lead_s > 0 else None

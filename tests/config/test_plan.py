@@ -202,6 +202,11 @@ def test_plan_names_the_contexts_no_prompt_can_be_sized_to_with_the_model_direct
     bench = demo_config(benchmark={"contexts": [8, 128, 2048]})["benchmark"]
     estimate = json.loads((tmp_path / "plan.json").read_text())["estimate"]["running_points"]
     assert estimate["cells_per_point"] == (len(benchmark_cells(bench)) - len(bench["concurrency"])) * bench["repeats"]
+    # and the end-of-study reference run (the primary workload, coding, at every context) leaves context 8 out too
+    reference = json.loads((tmp_path / "plan.json").read_text())["reference"]
+    cells = 2 * len(bench["concurrency"]) * bench["repeats"]  # contexts 128 and 2048
+    startup = demo_config()["resources"]["estimate"]["startup_min"]
+    assert reference["per_run_min"] == pytest.approx(startup + cells * estimate["cell_min"])
 
 
 def _dry_run(workdir: Path, *configfiles: str) -> str:

@@ -93,9 +93,9 @@ def _run_plan(args: argparse.Namespace) -> int:
     workloads = feasible_workloads(bench["workloads"], bench["contexts"], cells)
     measured = {**config, "benchmark": {**bench, "workloads": workloads}} if workloads else config
     if args.write:
-        write_json_atomic(args.write, {**plan_document(measured, on_slurm), "strategy": strategy,
+        write_json_atomic(args.write, {**plan_document(measured, on_slurm, cells), "strategy": strategy,
                                        "infeasible_cells": cells, "infeasible_cells_checked_with": source})
-    print(format_plan(measured, format_stage_plan(measured, results), on_slurm))
+    print(format_plan(measured, format_stage_plan(measured, results), on_slurm, cells))
     print(canaries_line(config))
     print(matrix_report(cells, source))
     return 0

@@ -194,14 +194,19 @@ def expected_hosts(config: dict, jobs: int) -> tuple[int, str]:
     return jobs, "at most one per point launch (set resources.estimate.hosts for the cluster's spread)"
 
 
-def reference_estimate(config: dict, on_slurm: bool, jobs: int) -> dict[str, Any]:
+def reference_estimate(config: dict, on_slurm: bool, jobs: int,
+                       infeasible: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """The end-of-study reference runs (sweep.reference): one primary-workload matrix per host that ran points,
-    each a launch of its own pinned to its host (`--nodelist`, so it may wait for that node)."""
+    each a launch of its own pinned to its host (`--nodelist`, so it may wait for that node); without the
+    `infeasible` cells (`workload`, `context`), which the run leaves out as the points do."""
     point = reference_point(config)
     if point is None:
         return {"enabled": False, "point": None, "runs": 0, "total_min": 0.0, "gpu_hours": 0.0}
     est = config["resources"]["estimate"]
     bench = reference_benchmark(config)
+    primary = bench["workloads"][0].get("name")
+    drop = {cell["context"] for cell in infeasible if cell["workload"] == primary}
+    bench["contexts"] = [c for c in bench["contexts"] if c not in drop] or bench["contexts"]
     per_run = est["startup_min"] + len(benchmark_cells(bench)) * bench["repeats"] * cell_minutes(est, bench)
     hosts, source = expected_hosts(config, jobs)
     runs = hosts if reference_enabled(config, on_slurm) else 0
@@ -211,9 +216,10 @@ def reference_estimate(config: dict, on_slurm: bool, jobs: int) -> dict[str, Any
             "if_enabled_gpu_hours": per_run * hosts * config["resources"]["gpus"] / 60}
 
 
-def plan_document(config: dict, on_slurm: bool = False) -> dict[str, Any]:
+def plan_document(config: dict, on_slurm: bool = False, infeasible: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """The plan as plain data (results/plan.json): every point, its tree and group, the estimates and the
-    end-of-study reference runs (which run on Slurm when `sweep.reference.enabled` is `auto`)."""
+    end-of-study reference runs (which run on Slurm when `sweep.reference.enabled` is `auto`), without the
+    `infeasible` benchmark cells."""
     planned = plan_points(config)
     running = [p for p in planned if p.runs]
     groups: dict[str, list[str]] = {}
@@ -239,14 +245,15 @@ def plan_document(config: dict, on_slurm: bool = False) -> dict[str, Any]:
                              dict.fromkeys(p.point.preset for p in planned)},
         "estimate": {"all_points": estimate_minutes(config, len(planned)),
                      "running_points": estimate_minutes(config, len(running))},
-        "reference": reference_estimate(config, on_slurm, len(running) * grid_launches(config)),
+        "reference": reference_estimate(config, on_slurm, len(running) * grid_launches(config), infeasible),
         "full_ar_coding_min": full_ar_coding_min(config),
         "full_picks_coding_min": full_picks_coding_min(config),
         "executor": "slurm" if on_slurm else "local",
     }
 
 
-def format_plan(config: dict, strategy_lines: Sequence[str] = (), on_slurm: bool = False) -> str:
+def format_plan(config: dict, strategy_lines: Sequence[str] = (), on_slurm: bool = False,
+                infeasible: Sequence[dict[str, Any]] = ()) -> str:
     """The expanded sweep as a table (knobs, effective tree, group) with counts and a GPU-time estimate (point
     jobs, their start-ups, the reference runs), followed by `strategy_lines` (an adaptive study's stage plan,
     adaptive/stages.py)."""
@@ -265,7 +272,7 @@ def format_plan(config: dict, strategy_lines: Sequence[str] = (), on_slurm: bool
         lines.append(f"{p.point_id:<{wid}} {p.preset:<{wpre}} {p.kind:<7} {show(p.budget):>6} {show(p.topk):>5} "
                      f"{show(p.block_size):>6} {window:>7}  {planned_point.tree.describe():<18} "
                      f"{'yes' if planned_point.runs else 'no':<5} {planned_point.alias_of or ''}")
-    document = plan_document(config, on_slurm)
+    document = plan_document(config, on_slurm, infeasible)
     groups = [g for g in document["groups"] if len(g["members"]) > 1]
     running = sum(p.runs for p in planned)
     lines += ["", f"{len(planned)} points; {document['distinct_server_configurations']} distinct server "

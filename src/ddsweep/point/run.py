@@ -111,9 +111,14 @@ def job_placement() -> dict[str, Any]:
             "slurm_nodelist": os.environ.get("SLURM_JOB_NODELIST")}
 
 
+def _stamped(message: str) -> str:
+    """A progress line with the time it was written."""
+    return f"[{datetime.now().strftime('%H:%M:%S')}] {message}"
+
+
 def _stderr(message: str) -> None:
     """Progress lines go to stderr (the job's log) with a timestamp."""
-    print(f"[{datetime.now().strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+    print(_stamped(message), file=sys.stderr, flush=True)
 
 
 def _logged(progress: Callable[[str], None], path: Path) -> tuple[Callable[[str], None], Callable[[str], None]]:
@@ -123,7 +128,7 @@ def _logged(progress: Callable[[str], None], path: Path) -> tuple[Callable[[str]
 
     def to_file(message: str) -> None:
         with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as handle:
-            handle.write(f"[{datetime.now().strftime('%H:%M:%S')}] {message}\n")
+            handle.write(_stamped(message) + "\n")
 
     def both(message: str) -> None:
         progress(message)

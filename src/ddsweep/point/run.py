@@ -54,6 +54,7 @@ from ddsweep.point.lifecycle import (
 from ddsweep.point.marks import AttemptMarks, wait_for_live_attempts
 from ddsweep.point.multinode import group_spec, is_multinode
 from ddsweep.point.preflight import PROBE_PORT, Finding
+from ddsweep.point.progress import PROGRESS_LOG, logged, to_stderr
 from ddsweep.point.signals import Interrupted, install_handlers
 from ddsweep.point.workflow_watch import WorkflowWatch, launching_workflow
 from ddsweep.slurm import slurm_time_left_s
@@ -61,8 +62,6 @@ from ddsweep.storage import read_json, write_json_atomic
 from ddsweep.store import STARTED
 
 PORT_ATTEMPTS = 3
-# The attempt's own progress lines, in its point directory (results-schema.md).
-PROGRESS_LOG = "progress.log"
 # Seconds a server whose requests failed is given to end, before the failure is named a crash or not.
 CRASH_GRACE_S = 5.0
 
@@ -109,31 +108,6 @@ def job_placement() -> dict[str, Any]:
     """Where this run executes: host name, and the Slurm job id and node list when under Slurm."""
     return {"host": socket.gethostname(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "slurm_nodelist": os.environ.get("SLURM_JOB_NODELIST")}
-
-
-def _stamped(message: str) -> str:
-    """A progress line with the time it was written."""
-    return f"[{datetime.now().strftime('%H:%M:%S')}] {message}"
-
-
-def _stderr(message: str) -> None:
-    """Progress lines go to stderr (the job's log) with a timestamp."""
-    print(_stamped(message), file=sys.stderr, flush=True)
-
-
-def _logged(progress: Callable[[str], None], path: Path) -> tuple[Callable[[str], None], Callable[[str], None]]:
-    """`progress` that also appends each line, timestamped, to `path` (the attempt's own log, which stays with its
-    record: a later attempt moves it to attempts/ with the rest, whereas Snakemake removes a job's log file before
-    every attempt), and a writer to that file alone. A line that cannot be written is left out of the file only."""
-
-    def to_file(message: str) -> None:
-        with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as handle:
-            handle.write(_stamped(message) + "\n")
-
-    def both(message: str) -> None:
-        progress(message)
-        to_file(message)
-    return both, to_file
 
 
 def _can_import_sglang(python: str) -> bool:
@@ -361,7 +335,7 @@ def _coding_eval(record: dict, server: ManagedServer, out_dir: Path, run: PointR
     _check_alive(server, "coding eval", bool(summary.get("request_failures")))
 
 
-def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _stderr,
+def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = to_stderr,
               preflight: Path | None = None, time_limit_lead_s: float = 0) -> dict:
     """Run one point end to end; returns the status record, raises PointFailed (after writing failure.json).
 
@@ -372,7 +346,7 @@ def run_point(record: dict, out_dir: Path, progress: Callable[[str], None] = _st
     out_dir = Path(out_dir)
     _archive_previous_attempt(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    progress, to_log = _logged(progress, out_dir / PROGRESS_LOG)
+    progress, to_log = logged(progress, out_dir / PROGRESS_LOG)
     to_log(f"{record['point_id']}: started {datetime.now().astimezone().isoformat(timespec='seconds')} on "
            f"{socket.gethostname()}, pid {os.getpid()}")
     run = PointRun(point_id=record["point_id"], simulated=bool(record.get("simulated")))
@@ -479,7 +453,7 @@ def _run_point_command(args: argparse.Namespace) -> int:
         print(f"ddsweep run-point: {exc}", file=sys.stderr)
         return 2
     out_dir = Path(args.out or f"results/points/{record['point_id']}")
-    if wait_for_live_attempts(out_dir, _stderr) and args.done and _finished_record(Path(args.done)):
+    if wait_for_live_attempts(out_dir, to_stderr) and args.done and _finished_record(Path(args.done)):
         print(f"ddsweep run-point: point {record['point_id']} was finished by the attempt this one waited for; its "
               f"record stands ({args.done})", file=sys.stderr)
         return 0

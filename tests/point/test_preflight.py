@@ -265,22 +265,19 @@ def test_the_workflow_starts_no_point_when_the_preflight_fails(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def upstream_findings(tmp_path_factory) -> tuple[dict, list[Finding], float]:
+def upstream_findings(tmp_path_factory) -> tuple[dict, list[Finding]]:
     """One preflight of the DFlash, autoregressive and DDTree presets against upstream SGLang's parser (one probe
-    process for all their commands, as in a study: importing SGLang costs seconds of CPU); with its duration."""
+    process for all their commands, as in a study: importing SGLang costs seconds of CPU)."""
     config = _real_config(tmp_path_factory.mktemp("preflight"),
                           engine={"launcher": [sys.executable, "-m", "sglang.launch_server"]})
-    started = time.monotonic()
-    findings = run_preflight(config, presets=["dflash", "ar", "ddtree"])
-    return config, findings, time.monotonic() - started
+    return config, run_preflight(config, presets=["dflash", "ar", "ddtree"])
 
 
 @pytest.mark.slow
 @needs_sglang
 def test_sglang_accepts_a_good_dflash_command(upstream_findings):
-    _, findings, seconds = upstream_findings
+    _, findings = upstream_findings
     assert [f for f in _errors(findings) if f.preset != "ddtree"] == [], [f.render() for f in findings]
-    assert seconds < 120
 
 
 @pytest.mark.slow
@@ -298,7 +295,7 @@ def test_sglang_catches_a_misspelled_dflash_flag_by_point(tmp_path):
 @pytest.mark.slow
 @needs_sglang
 def test_upstream_sglang_has_no_ddtree_flags(upstream_findings):
-    config, findings, _ = upstream_findings
+    config, findings = upstream_findings
     errors = [f for f in _errors(findings) if f.preset == "ddtree"]
     flags = [e for e in errors if "does not accept the flag" in e.message]
     assert [e.message.rsplit(" ", 1)[-1] for e in flags] == ["--speculative-ddtree-budget"]

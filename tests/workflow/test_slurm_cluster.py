@@ -45,8 +45,8 @@ def test_a_point_at_its_time_limit_stops_itself_is_resubmitted_and_its_last_atte
         # the cells outlast the limit, the first alone about 100 s (64 distinct prompts fit every context)
         "benchmark": {"requests_per_cell": 64, "repeats": 1, "min_window_s": 300, "max_window_s": 600},
         # the point stops itself 60 s before the 2 min limit, about 60 s in: well into the benchmark (its server,
-        # the lenient stand-in, starts in seconds; on a saturated CI machine the job's two Snakemake starts and
-        # run-point's own took over 20 s) and ended before the executor's fourth status check (about 68 s after
+        # the lenient stand-in, starts in seconds; on a saturated CI machine a stop 25 s in came before any request
+        # had finished) and ended before the executor's fourth status check (about 68 s after
         # submission: its interval grows by 10 s while no job ends). Not exclusive (the default with GPUs, tested
         # in test_slurm.py): other tests' jobs share the node.
         "resources": {"gpus": 1, "runtime_min": 2, "signal_lead_s": 60, "retries": 1, "constraint": "fakegpu",

@@ -364,6 +364,9 @@ def save_figure(fig: Figure, path: Path) -> Path:
     """Write a figure as PNG through a temporary file in the same directory (a file that exists is whole), then
     close it."""
     tmp = path.with_name(f".{path.stem}.tmp.png")
+    # tight_layout has already placed the axes; without a layout engine savefig skips its layout pass (a second
+    # draw of every artist), and the image is the same
+    fig.set_layout_engine("none")
     try:
         fig.savefig(tmp, dpi=110)
         tmp.replace(path)

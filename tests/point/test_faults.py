@@ -311,10 +311,11 @@ def test_a_server_that_hangs_after_n_requests_is_named_a_hang_after_the_stall_ti
     assert f"after {hang['waited_s']:.1f} s without an answer" in outcome.message
     assert failure["steps"]["bench"] == "started" and failure["steps"]["stop"] == "ok"
     assert "Scheduler stopped after 3 generate requests" in (outcome.out / "server.log").read_text()
-    errors = [r["error"] for r in outcome.lines()]
+    records = outcome.lines()
+    errors = [r["error"] for r in records]
     assert errors.count(None) >= 2 and all(e is None or e.startswith("server hang: no answer") for e in errors)
     # the hung requests were stopped at the hang, not at their 10 s request timeout
-    hung = [r for r in outcome.lines() if r["error"] is not None]
+    hung = [r for r in records if r["error"] is not None]
     assert hung and all(r["e2e_s"] < 10 for r in hung), [r["e2e_s"] for r in hung]
 
 
